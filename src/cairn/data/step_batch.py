@@ -1,0 +1,142 @@
+"""The step table: one row per step (one prompt -> action sample), columns as numpy arrays.
+
+Required columns (DESIGN.md):
+    group   (N,) int64    episodes started from the same task instance share it
+    episode (N,) int64    episode id (unique across the batch)
+    t       (N,) int64    turn index inside the episode, 0-based
+    reward  (N,) float64  immediate reward of the step (shaped rewards included)
+    anchor  (N,) object   hashable key of the raw observation the step acted on
+
+Optional columns, used by some estimators, are listed in ``OPTIONAL_COLUMNS``. Rows may
+come in any order; estimators must not depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["OPTIONAL_COLUMNS", "REQUIRED_COLUMNS", "StepBatch", "register_column"]
+
+REQUIRED_COLUMNS: dict[str, Any] = {
+    "group": np.int64,
+    "episode": np.int64,
+    "t": np.int64,
+    "reward": np.float64,
+    "anchor": object,
+}
+
+OPTIONAL_COLUMNS: dict[str, Any] = {
+    "success": np.bool_,  # episode outcome, repeated on each of its rows
+    "value": np.float64,  # estimate of V(s_t), the state before the step
+    "info_gain": np.float64,  # IGPO turn reward
+    "path": object,  # tuple of branch ids from the group's root (tree rollouts)
+    "source": np.int64,  # 0 on-policy, 1 off-policy demonstration, 2 memory-guided
+    "crit": np.bool_,  # ELPO: at or after the first irrecoverable step
+}
+
+
+def register_column(name: str, dtype: Any) -> None:
+    """Declare an optional column (for extensions that add their own estimator inputs)."""
+    if name in REQUIRED_COLUMNS:
+        raise ValueError(f"{name!r} is a required column")
+    OPTIONAL_COLUMNS[name] = dtype
+
+
+def _as_column(name: str, values: Any, dtype: Any) -> np.ndarray:
+    if dtype is object:
+        if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1:
+            return values
+        return np.fromiter(values, dtype=object)  # keeps tuples as elements
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"column {name!r} must be 1-D, got shape {arr.shape}")
+    if np.issubdtype(np.dtype(dtype), np.integer) and arr.size and arr.dtype.kind == "f":
+        if not np.all(arr == np.round(arr)):
+            raise ValueError(f"column {name!r} must hold integers, got {arr.dtype}")
+    out = arr.astype(dtype, copy=False)
+    if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
+        bad = int(np.flatnonzero(~np.isfinite(out))[0])
+        raise ValueError(f"column {name!r} has a non-finite value at row {bad}: {out[bad]}")
+    return out
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """Immutable table of steps. Access columns as attributes (``batch.reward``) or by key."""
+
+    columns: Mapping[str, np.ndarray]
+
+    @classmethod
+    def from_columns(
+        cls,
+        *,
+        group: Any,
+        episode: Any,
+        t: Any,
+        reward: Any,
+        anchor: Any,
+        **optional: Any,
+    ) -> StepBatch:
+        unknown = sorted(set(optional) - set(OPTIONAL_COLUMNS))
+        if unknown:
+            raise ValueError(
+                f"unknown StepBatch column(s) {unknown}; required: {list(REQUIRED_COLUMNS)}, "
+                f"optional: {list(OPTIONAL_COLUMNS)}"
+            )
+        given = {"group": group, "episode": episode, "t": t, "reward": reward, "anchor": anchor}
+        given.update(optional)
+        dtypes = {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}
+        cols = {k: _as_column(k, v, dtypes[k]) for k, v in given.items()}
+        lengths = {k: len(v) for k, v in cols.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"StepBatch columns differ in length: {lengths}")
+        if len(cols["t"]) and cols["t"].min() < 0:
+            raise ValueError("column 't' must be >= 0")
+        for i, key in enumerate(cols["anchor"]):
+            if not isinstance(key, Hashable):
+                raise ValueError(f"anchor at row {i} is not hashable: {type(key).__name__}")
+        return cls(cols)
+
+    def __len__(self) -> int:
+        return len(self.columns["group"])
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise AttributeError(
+                f"StepBatch has no column {name!r}; it has {sorted(self.columns)}"
+            ) from None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.columns
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.columns)
+
+    def require(self, *names: str, estimator: str = "") -> None:
+        """Raise ValueError if any of ``names`` is missing (for estimators' inputs)."""
+        missing = [n for n in names if n not in self.columns]
+        if missing:
+            who = f"estimator {estimator!r} " if estimator else ""
+            raise ValueError(f"{who}needs StepBatch column(s) {missing}; batch has {list(self)}")
+
+    def take(self, index: np.ndarray) -> StepBatch:
+        """Rows ``index`` (a permutation, a subset or a boolean mask) as a new batch."""
+        return StepBatch({k: v[index] for k, v in self.columns.items()})
+
+    @staticmethod
+    def concat(batches: list[StepBatch]) -> StepBatch:
+        """Stack batches with the same columns (ids are kept as they are)."""
+        keys = list(batches[0].columns)
+        for b in batches[1:]:
+            if list(b.columns) != keys:
+                raise ValueError(f"cannot concat batches with columns {keys} and {list(b)}")
+        return StepBatch({k: np.concatenate([b.columns[k] for b in batches]) for k in keys})

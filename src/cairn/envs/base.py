@@ -1,0 +1,104 @@
+"""The text-environment protocol every cairn env follows (Gymnasium conventions, str in/out).
+
+    obs, info = env.reset(seed=123)                      # same seed -> same initial state
+    obs, reward, terminated, truncated, info = env.step("left")
+
+`info` always carries:
+- ``anchor``: a hashable key of the raw current state (no history), used for step grouping;
+- ``valid``: False when the action could not be parsed or applied (state unchanged);
+- ``success``: bool, meaningful once the episode has ended;
+- ``admissible``: list of admissible action strings, or None where the env does not know them.
+
+Branching (tree rollouts, value probes, error search) restarts from a state:
+``snap = env.snapshot(); ...; env.restore(snap)``. The default implementation here replays
+the action prefix from the reset seed, which is exact for any deterministic env; envs with
+cheap state copies override both methods.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ReplaySnapshot", "StepResult", "TextEnv"]
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ReplaySnapshot:
+    """A state reached by replaying ``actions`` after ``reset(seed)`` (the generic fallback)."""
+
+    seed: int | None
+    actions: tuple[str, ...] = field(default_factory=tuple)
+
+
+class TextEnv(ABC):
+    """Base class of cairn environments. Subclasses implement ``_reset`` and ``_step``.
+
+    The base class records the seed and the action history so that ``snapshot`` /
+    ``restore`` work for every deterministic env without extra code.
+    """
+
+    #: Task instruction shown at the top of the prompt; may change on ``reset``.
+    instruction: str = ""
+
+    def __init__(self) -> None:
+        self._seed: int | None = None
+        self._actions: list[str] = []
+
+    # -- the Gymnasium-style API -------------------------------------------------------
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        self._seed = seed
+        self._actions = []
+        return self._reset(seed, options or {})
+
+    def step(self, action: str) -> StepResult:
+        if not isinstance(action, str):
+            raise TypeError(f"action must be a str, got {type(action).__name__}: {action!r}")
+        self._actions.append(action)
+        return self._step(action)
+
+    # -- branching -------------------------------------------------------------------------
+    def snapshot(self) -> Any:
+        """An opaque object from which ``restore`` rebuilds the current state exactly."""
+        return ReplaySnapshot(self._seed, tuple(self._actions))
+
+    def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
+        """Return to the state of ``snap``; returns that state's observation and info."""
+        if not isinstance(snap, ReplaySnapshot):
+            raise TypeError(f"{type(self).__name__} cannot restore a {type(snap).__name__}")
+        obs, info = self.reset(seed=snap.seed)
+        for action in snap.actions:
+            obs, _, _, _, info = self.step(action)
+        return obs, info
+
+    # -- text for local tokenizers ----------------------------------------------------------
+    def vocabulary(self) -> list[str]:
+        """Whitespace-separated words this env's observations and actions can contain.
+
+        A tiny model's word-level tokenizer is built from it; envs whose text is open-ended
+        return an empty list and need a subword tokenizer.
+        """
+        return []
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most envs hold no resources
+        """Release external resources (processes, files)."""
+
+    def __enter__(self) -> TextEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- to implement ------------------------------------------------------------------------
+    @abstractmethod
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Start an episode; the same seed must give the same initial state."""
+
+    @abstractmethod
+    def _step(self, action: str) -> StepResult:
+        """Apply one action; an unparsable action leaves the state unchanged, valid=False."""

@@ -26,6 +26,13 @@ __all__ = [
 # name -> (import path "module:Class", pip extra that provides its dependencies or None)
 _REGISTRY: dict[str, tuple[str, str | None]] = {
     "sokoban": ("cairn.envs.sokoban:Sokoban", None),
+    "frozenlake": ("cairn.envs.frozenlake:FrozenLake", "gymnasium"),
+    "countdown": ("cairn.envs.countdown:Countdown", None),
+    "integration": ("cairn.envs.integration:Integration", None),
+    "search_qa": ("cairn.envs.search_qa:SearchQA", "search"),
+    "scienceworld": ("cairn.envs.scienceworld:ScienceWorld", "scienceworld"),
+    "textworld": ("cairn.envs.textworld:TextWorld", "textworld"),
+    "twx": ("cairn.envs.twx:TextWorldExpress", "twx"),
 }
 
 

@@ -1,0 +1,82 @@
+"""``LossConfig``: the policy-loss hyper-parameters, validated when built.
+
+Defaults are the PPO/GRPO baseline: symmetric clip 0.2, no dual clip, no KL, no entropy
+bonus, token-mean aggregation. Presets: DAPO clip_high 0.28; ELPO clip_low = clip_high =
+0.315 on the localised tokens (pass ``clip_low_per_token``); EMPO2 off-policy mode
+clip 0.2 / 0.3 with dual_clip 10; LUFFY entropy_coef 0.001, shaping gamma 0.1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn.losses._checks import check_finite_number
+from cairn.losses.aggregation import AGG_MODES
+from cairn.losses.kl import KL_KINDS
+
+__all__ = ["LossConfig"]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Policy-loss settings. A bad value raises ValueError naming the field and what is allowed.
+
+    clip_low                 eps_low, ratio floor 1 - eps_low; in [0, 1)
+    clip_high                eps_high, ratio ceiling 1 + eps_high; >= 0
+    dual_clip                c > 1 caps the loss of negative-advantage tokens at -c*A; None off
+    kl_coef                  weight of the KL-to-reference penalty; >= 0 (needs ref_logp if > 0)
+    kl_kind                  KL estimator, one of KL_KINDS
+    entropy_coef             weight of the entropy bonus (subtracted); >= 0 (needs entropy)
+    agg                      aggregation mode, one of AGG_MODES
+    norm_len                 constant length of seq-mean-token-sum-norm; None -> T; > 0
+    offpolicy_shaping_gamma  LUFFY shaping f(p) = p / (p + gamma); > 0
+    turn_mask_threshold      EMPO2: drop a tips-stripped turn whose min old logprob is below
+                             this; <= 0, or None to disable
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
+    entropy_coef: float = 0.0
+    agg: str = "token-mean"
+    norm_len: float | None = None
+    offpolicy_shaping_gamma: float = 0.1
+    turn_mask_threshold: float | None = -5.0
+
+    def __post_init__(self) -> None:
+        _check_range("clip_low", self.clip_low, 0.0, 1.0, "in [0, 1)", high_open=True)
+        _check_range("clip_high", self.clip_high, 0.0, None, ">= 0")
+        if self.dual_clip is not None:
+            c = check_finite_number(self.dual_clip, "dual_clip")
+            if c <= 1.0:
+                raise ValueError(f"dual_clip must be > 1 (typically 3..10) or None, got {c!r}")
+        _check_range("kl_coef", self.kl_coef, 0.0, None, ">= 0")
+        _check_range("entropy_coef", self.entropy_coef, 0.0, None, ">= 0")
+        if self.kl_kind not in KL_KINDS:
+            raise ValueError(f"kl_kind {self.kl_kind!r} is unknown; allowed: {', '.join(KL_KINDS)}")
+        if self.agg not in AGG_MODES:
+            raise ValueError(f"agg {self.agg!r} is unknown; allowed: {', '.join(AGG_MODES)}")
+        if self.norm_len is not None and check_finite_number(self.norm_len, "norm_len") <= 0:
+            raise ValueError(f"norm_len must be > 0 or None (meaning T), got {self.norm_len!r}")
+        gamma = check_finite_number(self.offpolicy_shaping_gamma, "offpolicy_shaping_gamma")
+        if gamma <= 0:
+            raise ValueError(f"offpolicy_shaping_gamma must be > 0, got {gamma!r}")
+        if self.turn_mask_threshold is not None:
+            _check_range("turn_mask_threshold", self.turn_mask_threshold, None, 0.0, "<= 0")
+
+
+def _check_range(
+    name: str,
+    value: object,
+    low: float | None,
+    high: float | None,
+    allowed: str,
+    high_open: bool = False,
+) -> None:
+    v = check_finite_number(value, name)
+    too_low = low is not None and v < low
+    too_high = high is not None and (v >= high if high_open else v > high)
+    if too_low or too_high:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")

@@ -192,8 +192,7 @@ def _parse_walls(walls: Any) -> float:
 
 
 def _check_counts(height: int, width: int, num_boxes: int, density: float) -> None:
-    if not isinstance(num_boxes, int) or num_boxes < 1:
-        raise ValueError(f"num_boxes must be an int >= 1, got {num_boxes!r}")
+    _check_int("num_boxes", num_boxes, 1)
     n_floor = _floor_count(height, width, density)
     if n_floor < num_boxes + 2:
         raise ValueError(
@@ -202,13 +201,14 @@ def _check_counts(height: int, width: int, num_boxes: int, density: float) -> No
         )
 
 
+def _check_int(name: str, value: Any, low: int, low_name: str | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{name} must be an int >= {low_name or low}, got {value!r}")
+
+
 def _check_bounds(min_solution: Any, max_solution: Any, max_steps: int | None) -> None:
-    if not isinstance(min_solution, int) or min_solution < 1:
-        raise ValueError(f"min_solution must be an int >= 1, got {min_solution!r}")
-    if not isinstance(max_solution, int) or max_solution < min_solution:
-        raise ValueError(
-            f"max_solution must be an int >= min_solution ({min_solution}), got {max_solution!r}"
-        )
+    _check_int("min_solution", min_solution, 1)
+    _check_int("max_solution", max_solution, min_solution, f"min_solution ({min_solution})")
     if max_steps is not None and max_solution > max_steps:
         raise ValueError(
             f"max_solution ({max_solution}) exceeds max_steps ({max_steps}): such rooms could "
@@ -314,8 +314,7 @@ class Sokoban(TextEnv):
         room: str | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+        _check_int("max_steps", max_steps, 1)
         if render not in _RENDERS:
             raise ValueError(f"render must be one of {', '.join(_RENDERS)}, got {render!r}")
         self.max_steps, self.render = max_steps, render
@@ -381,15 +380,12 @@ class Sokoban(TextEnv):
             self._seed = seed
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
             raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-        self._room = self.fixed_room or _generate_cached(
-            self.height,
-            self.width,
-            self.num_boxes,
-            self.wall_density,
-            self.min_solution,
-            self.max_solution,
-            int(seed),
-        )
+        if self.fixed_room is not None:
+            self._room = self.fixed_room
+        else:
+            options = (self.height, self.width, self.num_boxes, self.wall_density)
+            bounds = (self.min_solution, self.max_solution)
+            self._room = _generate_cached(*options, *bounds, int(seed))
         self._steps, self._done = 0, False
         return self._observe(valid=True, moved=False)
 

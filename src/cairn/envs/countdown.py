@@ -1,0 +1,263 @@
+"""Countdown: reach a target number with + - * / over given numbers (single-turn by default).
+
+The task format follows the Countdown arithmetic game used for RL with verifiable rewards
+(TinyZero; "Cognitive Behaviors that Enable Self-Improving Reasoners", arXiv 2503.01307):
+each given number may be used at most once, and the answer is one arithmetic expression.
+
+Instances are generated so that a solution exists: the seed draws the numbers, then combines
+all of them in a random order with random operations whose intermediate values stay
+positive integers (Countdown's rule), and the final value becomes the target; ``solution()``
+returns that expression. Answers are checked exactly: the expression is parsed with ``ast``
+(only integer literals, ``+ - * /`` and parentheses are accepted), evaluated with
+``fractions.Fraction``, and its literals must form a sub-multiset of the given numbers.
+
+Observation: ``numbers 3 7 25 50 target 302`` (then ``last too low`` / ``last too high`` /
+``last invalid`` / ``last correct`` after a try). Write answers with spaces between tokens
+(``( 25 - 3 ) * 7 + 50``) for a word-level tokenizer; spacing does not matter to the parser.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from cairn.envs._common import EpisodeClock, check_float, check_int, check_int_range
+from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
+
+__all__ = ["Countdown", "CountdownSnapshot", "evaluate_expression", "generate_countdown"]
+
+_OPS = ("+", "-", "*", "/")
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
+_AST_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_MAX_EXPR_CHARS = 500
+_MAX_VOCAB_NUMBERS = 100_000
+_FEEDBACK = ("too", "low", "high", "invalid", "correct")
+
+
+def generate_countdown(
+    rng: np.random.Generator,
+    count: tuple[int, int] = (3, 6),
+    number_range: tuple[int, int] = (1, 100),
+    target_range: tuple[int, int] = (1, 999),
+    max_tries: int = 10_000,
+) -> tuple[list[int], int, str]:
+    """Draw ``(numbers, target, solution)`` with ``solution`` using every number once.
+
+    Intermediate values stay positive integers; instances whose target falls outside
+    ``target_range`` are redrawn (ValueError after ``max_tries`` draws).
+    """
+    for _ in range(max_tries):
+        n = int(rng.integers(count[0], count[1] + 1))
+        numbers = [int(v) for v in rng.integers(number_range[0], number_range[1] + 1, size=n)]
+        built = _random_expression(numbers, rng)
+        if built is not None and target_range[0] <= built[0] <= target_range[1]:
+            return numbers, built[0], built[1]
+    raise ValueError(
+        f"no countdown instance with count={count}, number_range={number_range} reaches "
+        f"target_range={target_range} in {max_tries} draws; widen target_range"
+    )
+
+
+def _random_expression(numbers: list[int], rng: np.random.Generator) -> tuple[int, str] | None:
+    """Combine random pairs until one value is left; None if no operation keeps it positive."""
+    # pool items: (value, text, precedence of the top operator; 3 for a bare number)
+    pool = [(v, str(v), 3) for v in numbers]
+    while len(pool) > 1:
+        i, j = (int(k) for k in rng.choice(len(pool), size=2, replace=False))
+        a, b = pool[i], pool[j]
+        ops = [op for op in _OPS if _apply_int(a[0], b[0], op) is not None]
+        if not ops:
+            return None
+        op = ops[int(rng.integers(len(ops)))]
+        merged = (_apply_int(a[0], b[0], op), _join(a, b, op), _PRECEDENCE[op])
+        pool = [p for k, p in enumerate(pool) if k not in (i, j)] + [merged]
+    return pool[0][0], pool[0][1]
+
+
+def _apply_int(a: int, b: int, op: str) -> int | None:
+    """``a op b`` if it is a positive integer, else None."""
+    if op == "+":
+        return a + b
+    if op == "*":
+        return a * b
+    if op == "-":
+        return a - b if a > b else None
+    return a // b if a % b == 0 else None
+
+
+def _join(a: tuple[int, str, int], b: tuple[int, str, int], op: str) -> str:
+    """``a op b`` as text with the fewest parentheses, tokens separated by spaces."""
+    left = a[1] if a[2] >= _PRECEDENCE[op] else f"( {a[1]} )"
+    # the right operand of - and / also needs parentheses at equal precedence
+    tight = _PRECEDENCE[op] + (1 if op in "-/" else 0)
+    right = b[1] if b[2] >= tight else f"( {b[1]} )"
+    return f"{left} {op} {right}"
+
+
+def evaluate_expression(text: str, numbers: list[int]) -> Fraction | None:
+    """The exact value of ``text``, or None if it is not a valid answer over ``numbers``.
+
+    Valid: integer literals, ``+ - * /`` and parentheses only, no division by zero, and the
+    literals form a sub-multiset of ``numbers`` (each given number used at most once).
+    """
+    if not isinstance(text, str) or not text.strip() or len(text) > _MAX_EXPR_CHARS:
+        return None
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    used: list[int] = []
+    try:
+        value = _eval_node(tree.body, used)
+    except (ValueError, ZeroDivisionError, RecursionError):
+        return None
+    return value if not Counter(used) - Counter(numbers) else None
+
+
+def _eval_node(node: ast.AST, used: list[int]) -> Fraction:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        used.append(node.value)
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _AST_OPS:
+        left, right = _eval_node(node.left, used), _eval_node(node.right, used)
+        op = _AST_OPS[type(node.op)]
+        if op == "+":
+            return left + right
+        if op == "-":
+            return left - right
+        return left * right if op == "*" else left / right
+    raise ValueError(f"disallowed syntax: {type(node).__name__}")
+
+
+@dataclass(frozen=True)
+class CountdownSnapshot:
+    base: ReplaySnapshot
+    numbers: tuple[int, ...]
+    target: int
+    gold: str
+    clock: tuple[int, bool, bool]
+    obs: str
+    info: dict[str, Any]
+
+
+class Countdown(TextEnv):
+    """Countdown arithmetic puzzle; the action is one expression.
+
+    Options:
+        count: (lo, hi) how many numbers are given, drawn per seed, within 2..8.
+        number_range: (lo, hi) range of the given numbers, within 1..10**6.
+        target_range: (lo, hi) range of targets, within 1..10**9.
+        format_reward: reward of a well-formed expression that misses the target, [0, 1).
+        max_steps: tries per episode (1: single-turn).
+
+    Episode end: a correct answer terminates with reward 1; a well-formed wrong answer on
+    the last try terminates with ``format_reward``; an invalid action on the last try
+    truncates with reward 0.
+    """
+
+    def __init__(
+        self,
+        count: tuple[int, int] = (3, 6),
+        number_range: tuple[int, int] = (1, 100),
+        target_range: tuple[int, int] = (1, 999),
+        format_reward: float = 0.0,
+        max_steps: int = 1,
+    ) -> None:
+        super().__init__()
+        self.count = check_int_range("count", count, 2, 8)
+        self.number_range = check_int_range("number_range", number_range, 1, 10**6)
+        self.target_range = check_int_range("target_range", target_range, 1, 10**9)
+        self.format_reward = check_float("format_reward", format_reward, 0.0, 0.999)
+        self._clock = EpisodeClock("countdown", check_int("max_steps", max_steps, 1))
+        self.numbers: list[int] = []
+        self.target = 0
+        self._gold = ""
+        self._last: tuple[str, dict[str, Any]] = ("", {})
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        rng = np.random.default_rng(seed)
+        self.numbers, self.target, self._gold = generate_countdown(
+            rng, self.count, self.number_range, self.target_range
+        )
+        self.instruction = (
+            f"Using the numbers {', '.join(map(str, self.numbers))}, write an arithmetic "
+            f"expression that equals {self.target}. You may use + - * / and parentheses, "
+            "and each number at most once. Answer with the expression only."
+        )
+        self._clock.start()
+        return self._record(self._problem_text(), valid=True, success=False)
+
+    def _step(self, action: str) -> StepResult:
+        last_try = self._clock.tick()
+        value = evaluate_expression(action, self.numbers)
+        if value is None:
+            self._clock.done = last_try
+            obs, info = self._record(f"{self._problem_text()} last invalid", False, False)
+            return obs, 0.0, False, last_try, info
+        correct = value == self.target
+        self._clock.done = correct or last_try
+        feedback = "correct" if correct else ("too low" if value < self.target else "too high")
+        obs, info = self._record(f"{self._problem_text()} last {feedback}", True, correct)
+        reward = 1.0 if correct else self.format_reward
+        return obs, reward, self._clock.done, False, info
+
+    def solution(self) -> str:
+        """An expression (tokens separated by spaces) that reaches this instance's target."""
+        if not self._clock.started:
+            raise RuntimeError("countdown: call reset() first")
+        return self._gold
+
+    # -- branching ----------------------------------------------------------------------------
+    def snapshot(self) -> CountdownSnapshot:
+        if not self._clock.started:
+            raise RuntimeError("countdown: call reset() first")
+        obs, info = self._last
+        return CountdownSnapshot(
+            super().snapshot(), tuple(self.numbers), self.target, self._gold,
+            self._clock.state(), obs, dict(info),
+        )  # fmt: skip
+
+    def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
+        if isinstance(snap, ReplaySnapshot):
+            return super().restore(snap)
+        if not isinstance(snap, CountdownSnapshot):
+            raise TypeError(f"Countdown cannot restore a {type(snap).__name__}")
+        self._seed, self._actions = snap.base.seed, list(snap.base.actions)
+        self.numbers, self.target, self._gold = list(snap.numbers), snap.target, snap.gold
+        self._clock.set_state(snap.clock)
+        self._last = (snap.obs, dict(snap.info))
+        return snap.obs, dict(snap.info)
+
+    # -- text ----------------------------------------------------------------------------------
+    def vocabulary(self) -> list[str]:
+        """Observation words, operators, parentheses and every number that can appear.
+
+        Empty (open vocabulary) when the ranges hold more than 100 000 numbers.
+        """
+        spans = [self.number_range, self.target_range]
+        if sum(hi - lo + 1 for lo, hi in spans) > _MAX_VOCAB_NUMBERS:
+            return []
+        words = {"numbers", "target", "last", *_FEEDBACK, *_OPS, "(", ")"}
+        for lo, hi in spans:
+            words.update(str(v) for v in range(lo, hi + 1))
+        return sorted(words)
+
+    def _problem_text(self) -> str:
+        return f"numbers {' '.join(map(str, self.numbers))} target {self.target}"
+
+    def _record(self, obs: str, valid: bool, success: bool) -> tuple[str, dict[str, Any]]:
+        info = {
+            "anchor": self._problem_text(),
+            "valid": valid,
+            "success": success,
+            "admissible": None,
+            "target": self.target,
+            "numbers": tuple(self.numbers),
+        }
+        self._last = (obs, info)
+        return obs, dict(info)

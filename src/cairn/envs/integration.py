@@ -1,0 +1,386 @@
+"""Indefinite integration with a numerically verified reward: the env of LADDER.
+
+LADDER (arXiv 2503.00735, Sec. 3.1.2 "Solution verification") rewards an antiderivative by
+comparing it numerically with the problem at random points in [-10, 10]; here the check is
+``F'(x_i) == f(x_i)`` (relative tolerance) at sampled points ``x_i``, skipping points where
+either side is complex or not finite, so a constant of integration is always allowed.
+
+Pieces reused by the LADDER variant generator:
+- ``generate_integrand(level, rng)``: a random integrand of difficulty 1-4 (1 polynomials,
+  2 products of exp/sin/cos, 3 substitutions u'(x) F(u(x)), 4 integration by parts and
+  partial fractions);
+- ``parse_candidate(text)``: a safe parser (allow-listed names only, bounded size and
+  exponents, no ``eval`` of arbitrary code);
+- ``verify_antiderivative(candidate_text, integrand) -> bool``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy as sp
+from sympy.parsing.sympy_parser import (
+    convert_xor,
+    implicit_multiplication,
+    parse_expr,
+    standard_transformations,
+)
+
+from cairn.envs._common import EpisodeClock, check_int, check_int_choices
+from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
+
+__all__ = [
+    "LEVELS",
+    "Integration",
+    "IntegrationSnapshot",
+    "generate_integrand",
+    "parse_candidate",
+    "verify_antiderivative",
+]
+
+x = sp.Symbol("x", real=True)
+LEVELS: tuple[int, ...] = (1, 2, 3, 4)
+
+# -- safe parsing ----------------------------------------------------------------------------
+_FUNCTIONS: dict[str, Any] = {
+    "sin": sp.sin, "cos": sp.cos, "tan": sp.tan, "cot": sp.cot, "sec": sp.sec, "csc": sp.csc,
+    "asin": sp.asin, "acos": sp.acos, "atan": sp.atan, "acot": sp.acot,
+    "arcsin": sp.asin, "arccos": sp.acos, "arctan": sp.atan,
+    "sinh": sp.sinh, "cosh": sp.cosh, "tanh": sp.tanh,
+    "asinh": sp.asinh, "acosh": sp.acosh, "atanh": sp.atanh,
+    "exp": sp.exp, "log": sp.log, "ln": sp.log, "sqrt": sp.sqrt, "Abs": sp.Abs, "abs": sp.Abs,
+}  # fmt: skip
+_CONSTANT_OF_INTEGRATION = sp.Symbol("C")
+_NAMES: dict[str, Any] = {
+    **_FUNCTIONS, "x": x, "C": _CONSTANT_OF_INTEGRATION, "pi": sp.pi, "E": sp.E, "e": sp.E,
+}  # fmt: skip
+_TOKEN = re.compile(r"\s*(?:(\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|([A-Za-z_]\w*)|(\*\*|[-+*/^()]))")
+_TRANSFORMS = (*standard_transformations, implicit_multiplication, convert_xor)
+_GLOBALS = ("Integer", "Float", "Rational", "Symbol", "Mul", "Add", "Pow")
+_MAX_CHARS = 1000
+_MAX_LITERAL_CHARS = 20
+_MAX_NODES = 500
+_MAX_CONSTANT_EXPONENT = 100
+
+
+def _check_tokens(text: str) -> None:
+    """Raise ValueError unless ``text`` is numbers, allow-listed names, operators, parens."""
+    pos = 0
+    while pos < len(text.rstrip()):
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise ValueError(f"unexpected character {text[pos:].lstrip()[:1]!r}")
+        number, name, _ = match.groups()
+        if number is not None and len(number) > _MAX_LITERAL_CHARS:
+            raise ValueError(f"number literal longer than {_MAX_LITERAL_CHARS} characters")
+        if name is not None and name not in _NAMES:
+            raise ValueError(
+                f"unknown name {name!r}; allowed: x, C, pi, E, {', '.join(_FUNCTIONS)}"
+            )
+        pos = match.end()
+
+
+def _check_tree(expr: sp.Basic) -> None:
+    """Bound the size, constant exponents and constant powers of an unevaluated tree.
+
+    Children come first in the traversal, so when a constant power is evaluated here its
+    own base and exponent are already known to be small; this keeps sympy's exact integer
+    arithmetic (``9**9**9``) and nested ``exp`` of constants from running away.
+    """
+    nodes = list(sp.postorder_traversal(expr))
+    if len(nodes) > _MAX_NODES:
+        raise ValueError(f"expression has more than {_MAX_NODES} nodes")
+    for node in nodes:
+        constant_exp = isinstance(node, sp.Pow) and not node.exp.free_symbols
+        if constant_exp and not abs(complex(sp.N(node.exp, 15))) <= _MAX_CONSTANT_EXPONENT:
+            raise ValueError(f"constant exponent larger than {_MAX_CONSTANT_EXPONENT}")
+        constant = isinstance(node, sp.Pow | sp.exp) and not node.free_symbols
+        if constant and not np.isfinite(complex(sp.N(node, 15))):
+            raise ValueError("a constant power is infinite, undefined or too large")
+
+
+def parse_candidate(text: str) -> sp.Expr:
+    """Parse an antiderivative written in Python/sympy syntax (``^`` and ``2x`` accepted).
+
+    Only ``x``, ``C`` (constant of integration, set to 0), ``pi``, ``E``/``e`` and the
+    elementary functions in ``_FUNCTIONS`` are allowed. Raises ValueError otherwise, or when
+    the text is longer than 1000 characters, has more than 500 nodes or a constant exponent
+    above 100 in absolute value.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("empty expression")
+    if len(text) > _MAX_CHARS:
+        raise ValueError(f"expression longer than {_MAX_CHARS} characters")
+    _check_tokens(text)
+    try:
+        raw = _parse(text, evaluate=False)
+        _check_tree(raw)
+        expr = _parse(text, evaluate=True)
+    except ValueError:
+        raise
+    except Exception as err:  # parse_expr raises many types (TokenError, SympifyError, ...)
+        raise ValueError(f"cannot parse {text[:80]!r}: {type(err).__name__}") from err
+    if not isinstance(expr, sp.Expr):
+        raise ValueError(f"{text[:80]!r} is not an expression")
+    return expr.subs(_CONSTANT_OF_INTEGRATION, 0)
+
+
+def _parse(text: str, evaluate: bool) -> sp.Basic:
+    global_dict: dict[str, Any] = {name: getattr(sp, name) for name in _GLOBALS}
+    global_dict["__builtins__"] = {}
+    return parse_expr(
+        text, local_dict=dict(_NAMES), global_dict=global_dict,
+        transformations=_TRANSFORMS, evaluate=evaluate,
+    )  # fmt: skip
+
+
+# -- numeric verification ---------------------------------------------------------------------
+def verify_antiderivative(
+    candidate_text: str | sp.Expr,
+    integrand: str | sp.Expr,
+    *,
+    points: int = 32,
+    min_valid: int = 8,
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    seed: int = 0,
+) -> bool:
+    """True when ``d/dx candidate == integrand`` at random points of [-10, 10].
+
+    ``points`` abscissae are drawn from ``numpy.random.default_rng(seed)`` (deterministic);
+    points where either side is complex, infinite or NaN are skipped, and at least
+    ``min_valid`` must remain. Agreement: ``|F' - f| <= atol + rtol * max(|F'|, |f|)``.
+    An unparseable candidate returns False (use ``parse_candidate`` to see why).
+    """
+    try:
+        candidate = (
+            parse_candidate(candidate_text) if isinstance(candidate_text, str) else candidate_text
+        )
+    except ValueError:
+        return False
+    f = _in_x(sp.sympify(integrand, locals=_NAMES) if isinstance(integrand, str) else integrand)
+    candidate = _in_x(candidate)
+    xs = np.random.default_rng(seed).uniform(-10.0, 10.0, size=points)  # (P,)
+    lhs = _evaluate(sp.diff(candidate, x), xs)  # (P,)
+    rhs = _evaluate(f, xs)  # (P,)
+    ok = np.isfinite(lhs) & np.isfinite(rhs)
+    if ok.sum() < min_valid:
+        return False
+    lhs, rhs = lhs[ok], rhs[ok]
+    return bool(np.all(np.abs(lhs - rhs) <= atol + rtol * np.maximum(np.abs(lhs), np.abs(rhs))))
+
+
+def _in_x(expr: sp.Expr) -> sp.Expr:
+    """``expr`` with any symbol named ``x`` replaced by this module's real ``x``."""
+    others = {s for s in expr.free_symbols if s.name != "x"}
+    if others:
+        raise ValueError(f"expression has symbols other than x: {sorted(map(str, others))}")
+    return expr.subs({s: x for s in expr.free_symbols if s != x})
+
+
+def _evaluate(expr: sp.Expr, xs: np.ndarray) -> np.ndarray:
+    """``expr`` at the real points ``xs`` (P,) as floats; NaN where complex or undefined."""
+    with np.errstate(all="ignore"):
+        try:
+            func = sp.lambdify(x, expr, modules="numpy")
+            values = np.asarray(func(xs), dtype=complex)
+        except Exception:  # unprintable or non-numeric expressions count as undefined
+            return np.full(xs.shape, np.nan)
+    values = np.broadcast_to(values, xs.shape)
+    real = values.real.astype(float)
+    real[np.abs(values.imag) > 1e-12 * np.maximum(1.0, np.abs(values.real))] = np.nan
+    return real
+
+
+# -- integrand generator ----------------------------------------------------------------------
+def generate_integrand(level: int, rng: np.random.Generator | int) -> sp.Expr:
+    """A random integrand in ``x`` of difficulty ``level`` (1-4); same rng state, same result.
+
+    1: polynomial with 2-4 terms; 2: constants times exp/sin/cos of ``a*x`` and products of
+    two of them; 3: ``c * u'(x) * F(u(x))`` (substitution); 4: ``x**k`` times exp/sin/cos/log
+    or ``atan`` (by parts) and rational functions with distinct linear or irreducible
+    quadratic factors (partial fractions).
+    """
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {list(LEVELS)}, got {level!r}")
+    rng = np.random.default_rng(rng) if isinstance(rng, int) else rng
+    return _GENERATORS[level](rng)
+
+
+def _int(rng: np.random.Generator, lo: int, hi: int, nonzero: bool = True) -> int:
+    """A uniform int in [lo, hi], excluding 0 when ``nonzero``."""
+    values = [v for v in range(lo, hi + 1) if v or not nonzero]
+    return values[int(rng.integers(len(values)))]
+
+
+def _pick(rng: np.random.Generator, options: Sequence[Any]) -> Any:
+    return options[int(rng.integers(len(options)))]
+
+
+def _level1(rng: np.random.Generator) -> sp.Expr:
+    powers = rng.choice(6, size=int(rng.integers(2, 5)), replace=False)
+    return sp.Add(*(_int(rng, -9, 9) * x ** int(k) for k in powers))
+
+
+def _trig_exp(rng: np.random.Generator) -> sp.Expr:
+    return _pick(rng, (sp.exp, sp.sin, sp.cos))(_int(rng, -3, 3) * x)
+
+
+def _level2(rng: np.random.Generator) -> sp.Expr:
+    terms = []
+    for _ in range(int(rng.integers(1, 3))):
+        factors = [_trig_exp(rng) for _ in range(int(rng.integers(1, 3)))]
+        terms.append(_int(rng, -5, 5) * sp.Mul(*factors))
+    return sp.Add(*terms)
+
+
+def _level3(rng: np.random.Generator) -> sp.Expr:
+    k, n = _int(rng, 1, 5), int(rng.integers(3, 6))  # n >= 3 keeps u**(n-1) a power
+    inner = _pick(rng, (x**2 + k, x**3 + k * x, sp.sin(x), sp.cos(x), sp.exp(x), 2 * x + k))
+    outers = ("exp", "sin", "cos") + (("pow",) if inner != sp.exp(x) else ())
+    outer = _pick(rng, outers + (("inv",) if inner == x**2 + k else ()))
+    u = sp.Dummy("u")
+    F = {"exp": sp.exp(u), "sin": sp.sin(u), "cos": sp.cos(u), "pow": u**n, "inv": sp.log(u)}
+    # the integrand is d/dx c*F(u(x)) = c*F'(u(x))*u'(x), so its antiderivative is c*F(u(x))
+    dF = sp.diff(F[outer], u).subs(u, inner)
+    return _int(rng, -4, 4) * dF * sp.diff(inner, x)
+
+
+def _level4(rng: np.random.Generator) -> sp.Expr:
+    c, a, b = _int(rng, -4, 4), _int(rng, -3, 3), _int(rng, -3, 3)
+    kind = _pick(rng, ("parts", "log", "atan", "fraction", "linear_fraction", "quadratic"))
+    if kind == "parts":
+        return c * x ** int(rng.integers(1, 4)) * _trig_exp(rng)
+    if kind == "log":
+        return c * x ** int(rng.integers(0, 3)) * sp.log(x)
+    if kind == "atan":
+        return c * x ** int(rng.integers(0, 2)) * sp.atan(x)
+    if b == a:
+        b = a + _pick(rng, (-1, 1))
+    if kind == "fraction":
+        return c / ((x - a) * (x - b))
+    if kind == "linear_fraction":
+        return (c * x + _int(rng, -5, 5, nonzero=False)) / ((x - a) * (x - b))
+    return c / (x**2 + a**2)
+
+
+_GENERATORS = {1: _level1, 2: _level2, 3: _level3, 4: _level4}
+
+
+# -- the env ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IntegrationSnapshot:
+    base: ReplaySnapshot
+    integrand: sp.Expr
+    level: int
+    clock: tuple[int, bool, bool]
+    obs: str
+    info: dict[str, Any]
+
+
+class Integration(TextEnv):
+    """Find an antiderivative of the shown integrand; reward 1 if verified, else 0.
+
+    Options:
+        level: difficulty 1-4, or a list of levels to draw from per seed.
+        integrand: a fixed integrand (sympy syntax) used on every reset instead of the
+            generator (e.g. one LADDER variant); parsed with the safe parser.
+        max_steps: tries per episode (1: single-turn).
+
+    Episode end: a verified answer terminates with reward 1; a parseable wrong answer on
+    the last try terminates with reward 0; an unparseable one on the last try truncates.
+    """
+
+    def __init__(
+        self,
+        level: int | Sequence[int] = LEVELS,
+        integrand: str | None = None,
+        max_steps: int = 1,
+    ) -> None:
+        super().__init__()
+        self.levels = check_int_choices("level", level, LEVELS)
+        if integrand is not None:
+            try:
+                self._fixed: sp.Expr | None = parse_candidate(integrand)
+            except ValueError as err:
+                raise ValueError(f"integrand {integrand!r} is not valid: {err}") from err
+        else:
+            self._fixed = None
+        self._clock = EpisodeClock("integration", check_int("max_steps", max_steps, 1))
+        self.integrand: sp.Expr = sp.Integer(0)
+        self.level = 0
+        self._last: tuple[str, dict[str, Any]] = ("", {})
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        rng = np.random.default_rng(seed)
+        self.level = int(_pick(rng, self.levels)) if self._fixed is None else 0
+        self.integrand = (
+            self._fixed if self._fixed is not None else generate_integrand(self.level, rng)
+        )
+        self.instruction = (
+            f"Find an antiderivative F(x) of f(x) = {self.integrand}, that is a function with "
+            "F'(x) = f(x). Write F(x) in Python syntax, e.g. x**2/2 + sin(x) + log(x); the "
+            "constant of integration may be omitted. Answer with the expression only."
+        )
+        self._clock.start()
+        return self._record(self._problem_text(), valid=True, success=False)
+
+    def _step(self, action: str) -> StepResult:
+        last_try = self._clock.tick()
+        try:
+            candidate = parse_candidate(action)
+        except ValueError as err:
+            self._clock.done = last_try
+            obs, info = self._record(f"{self._problem_text()} | last invalid", False, False)
+            info["error"] = str(err)
+            return obs, 0.0, False, last_try, info
+        correct = verify_antiderivative(candidate, self.integrand)
+        self._clock.done = correct or last_try
+        verdict = "correct" if correct else "wrong"
+        obs, info = self._record(f"{self._problem_text()} | last {verdict}", True, correct)
+        return obs, float(correct), self._clock.done, False, info
+
+    def solution(self) -> str:
+        """sympy's antiderivative of the current integrand, as text (may be slow, ~0.1-1 s)."""
+        if not self._clock.started:
+            raise RuntimeError("integration: call reset() first")
+        return str(sp.integrate(self.integrand, x))
+
+    # -- branching ------------------------------------------------------------------------------
+    def snapshot(self) -> IntegrationSnapshot:
+        if not self._clock.started:
+            raise RuntimeError("integration: call reset() first")
+        obs, info = self._last
+        return IntegrationSnapshot(
+            super().snapshot(), self.integrand, self.level, self._clock.state(), obs, dict(info)
+        )
+
+    def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
+        if isinstance(snap, ReplaySnapshot):
+            return super().restore(snap)
+        if not isinstance(snap, IntegrationSnapshot):
+            raise TypeError(f"Integration cannot restore a {type(snap).__name__}")
+        self._seed, self._actions = snap.base.seed, list(snap.base.actions)
+        self.integrand, self.level = snap.integrand, snap.level
+        self._clock.set_state(snap.clock)
+        self._last = (snap.obs, dict(snap.info))
+        return snap.obs, dict(snap.info)
+
+    def _problem_text(self) -> str:
+        return f"integrand {self.integrand}"
+
+    def _record(self, obs: str, valid: bool, success: bool) -> tuple[str, dict[str, Any]]:
+        info = {
+            "anchor": self._problem_text(),
+            "valid": valid,
+            "success": success,
+            "admissible": None,
+            "integrand": str(self.integrand),
+            "level": self.level,
+        }
+        self._last = (obs, info)
+        return obs, dict(info)

@@ -1,0 +1,229 @@
+"""Multi-hop question answering over a synthetic corpus with a BM25 retriever (bm25s).
+
+The env of the search-agent methods: ARPO (arXiv 2507.19849) branches after tool results,
+IGPO (arXiv 2510.14967, Eq. 4-6) rewards each turn by the gain in the policy's probability
+of the ground-truth answer (so the answer is exposed as ``info["answer"]`` and
+``env.answer``), and SSRL (arXiv 2508.10874, Sec. 5 "Sim2Real") swaps self-generated
+information for real retrieval at evaluation (``env.retrieve(query, k)``).
+
+Every seed gives a knowledge base of made-up entities (names from syllables, so nothing
+leaks from real-world knowledge) and a 1-3 hop question with its answer and gold search
+chain; ``kb_seed`` fixes one knowledge base and lets the seed vary only the question.
+
+Actions:
+- ``search[query]``: the next observation lists the top-k documents, ``[1] ...`` per line
+  (``no results`` when no document shares a word with the query); the episode goes on.
+- ``answer[text]``: ends the episode; reward is exact match after SQuAD normalisation
+  (lowercase, no punctuation or articles) or token F1 (``reward="f1"``); success is exact
+  match in both modes.
+Anything else is invalid and changes nothing. Spaces around brackets are allowed
+(``search [ Kalomi born ]``), so a word-level tokenizer over ``vocabulary()`` can write it.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cairn.envs._common import (
+    EpisodeClock,
+    check_choice,
+    check_int,
+    check_int_choices,
+)
+from cairn.envs._kb import KnowledgeBase, Question, all_names, build_kb, make_question
+from cairn.envs._kb import template_words as _template_words
+from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
+
+__all__ = ["SearchQA", "SearchQASnapshot", "f1_score", "normalize_answer"]
+
+_ACTION = re.compile(r"^\s*(search|answer)\s*\[(.*)\]\s*$", re.DOTALL | re.IGNORECASE)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_OBS_WORDS = ("no", "results", "correct", "wrong", "search", "answer", "[", "]")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lowercase, drop punctuation and articles, collapse spaces."""
+    text = _ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION))
+    return " ".join(text.split())
+
+
+def f1_score(prediction: str, truth: str) -> float:
+    """Token-level F1 between normalised ``prediction`` and ``truth`` (SQuAD)."""
+    pred, gold = normalize_answer(prediction).split(), normalize_answer(truth).split()
+    common = sum((Counter(pred) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+@dataclass(frozen=True)
+class SearchQASnapshot:
+    base: ReplaySnapshot
+    kb_key: tuple[int, int]
+    question: Question
+    clock: tuple[int, bool, bool]
+    obs: str
+    info: dict[str, Any]
+
+
+class SearchQA(TextEnv):
+    """Answer a multi-hop question with ``search[query]`` and ``answer[text]`` tool calls.
+
+    Options:
+        kb_seed: fix the knowledge base (None: a new one per reset seed).
+        kb_size: people in the knowledge base, 3..500 (companies, cities and countries
+            scale with it, see ``cairn.envs._kb.build_kb``).
+        hops: relations per question, 1-3, or a list to draw from per seed.
+        top_k: documents per search, 1..20.
+        reward: ``"em"`` (exact match, 0/1) or ``"f1"`` (token F1).
+        max_steps: tool calls per episode before truncation.
+    """
+
+    def __init__(
+        self,
+        kb_seed: int | None = None,
+        kb_size: int = 12,
+        hops: int | Sequence[int] = (1, 2, 3),
+        top_k: int = 3,
+        reward: str = "em",
+        max_steps: int = 8,
+    ) -> None:
+        super().__init__()
+        self.kb_seed = None if kb_seed is None else check_int("kb_seed", kb_seed, 0)
+        self.kb_size = check_int("kb_size", kb_size, 3, 500)
+        self.hops = check_int_choices("hops", hops, (1, 2, 3))
+        self.top_k = check_int("top_k", top_k, 1, 20)
+        self.reward = check_choice("reward", reward, ("em", "f1"))
+        self._clock = EpisodeClock("search_qa", check_int("max_steps", max_steps, 1))
+        self._kb_key = (0, self.kb_size)
+        self._kb: KnowledgeBase | None = None
+        self._question: Question | None = None
+        self._last: tuple[str, dict[str, Any]] = ("", {})
+
+    # -- task ----------------------------------------------------------------------------------
+    @property
+    def question(self) -> str:
+        return self._require_question().text
+
+    @property
+    def answer(self) -> str:
+        """The ground-truth answer (for rewards that teacher-force it, e.g. IGPO)."""
+        return self._require_question().answer
+
+    @property
+    def gold_queries(self) -> tuple[str, ...]:
+        """One search per hop that retrieves the fact needed next."""
+        return self._require_question().gold_queries
+
+    def gold_actions(self) -> list[str]:
+        """A successful episode: the gold searches, then the answer."""
+        return [f"search[{q}]" for q in self.gold_queries] + [f"answer[{self.answer}]"]
+
+    def retrieve(self, query: str, k: int | None = None) -> list[str]:
+        """The top-``k`` documents (default ``top_k``) of the current knowledge base."""
+        if self._kb is None:
+            raise RuntimeError("search_qa: call reset() before retrieve()")
+        return self._kb.retrieve(query, self.top_k if k is None else check_int("k", k, 1))
+
+    # -- episode -----------------------------------------------------------------------------------
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if seed is None:
+            seed = int(np.random.default_rng().integers(2**31))
+        kb_seed = seed if self.kb_seed is None else self.kb_seed
+        self._kb_key = (kb_seed, self.kb_size)
+        self._kb = build_kb(*self._kb_key)
+        rng = np.random.default_rng([seed, 1])
+        hops = self.hops[int(rng.integers(len(self.hops)))]
+        self._question = make_question(self._kb, hops, rng)
+        self.instruction = (
+            "Answer the question by searching a collection of short documents. Write "
+            f"search[query] to see the {self.top_k} best matching documents, or answer[text] "
+            f"to give your final answer, which ends the episode. Question: {self.question}"
+        )
+        self._clock.start()
+        return self._record(self.question, valid=True, success=False)
+
+    def _step(self, action: str) -> StepResult:
+        out_of_steps = self._clock.tick()
+        match = _ACTION.match(action)
+        text = match.group(2).strip() if match else ""
+        if not text:
+            self._clock.done = out_of_steps
+            obs, info = self._record(self._last[0], valid=False, success=False)
+            return obs, 0.0, False, out_of_steps, info
+        if match.group(1).lower() == "search":
+            self._clock.done = out_of_steps
+            obs, info = self._record(self._results_text(text), valid=True, success=False)
+            return obs, 0.0, False, out_of_steps, info
+        exact = normalize_answer(text) == normalize_answer(self.answer)
+        reward = float(exact) if self.reward == "em" else f1_score(text, self.answer)
+        self._clock.done = True
+        obs, info = self._record("correct" if exact else "wrong", valid=True, success=exact)
+        return obs, reward, True, False, info
+
+    def _results_text(self, query: str) -> str:
+        docs = self.retrieve(query)
+        return "\n".join(f"[{i}] {d}" for i, d in enumerate(docs, 1)) or "no results"
+
+    # -- branching --------------------------------------------------------------------------------
+    def snapshot(self) -> SearchQASnapshot:
+        obs, info = self._last
+        return SearchQASnapshot(
+            super().snapshot(), self._kb_key, self._require_question(), self._clock.state(),
+            obs, dict(info),
+        )  # fmt: skip
+
+    def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
+        if isinstance(snap, ReplaySnapshot):
+            return super().restore(snap)
+        if not isinstance(snap, SearchQASnapshot):
+            raise TypeError(f"SearchQA cannot restore a {type(snap).__name__}")
+        self._seed, self._actions = snap.base.seed, list(snap.base.actions)
+        self._kb_key, self._kb = snap.kb_key, build_kb(*snap.kb_key)
+        self._question = snap.question
+        self._clock.set_state(snap.clock)
+        self._last = (snap.obs, dict(snap.info))
+        return snap.obs, dict(snap.info)
+
+    # -- text ------------------------------------------------------------------------------
+    def vocabulary(self) -> list[str]:
+        """Template words, result markers, tool words and every possible entity name.
+
+        With ``kb_seed`` set only that knowledge base's names are listed (a few dozen);
+        otherwise all names the generator can produce (about 4 000).
+        """
+        names = (
+            all_names() if self.kb_seed is None else build_kb(self.kb_seed, self.kb_size).names()
+        )
+        words = _template_words() | set(_OBS_WORDS) | set(names)
+        words.update(f"[{i}]" for i in range(1, self.top_k + 1))
+        return sorted(words)
+
+    def _require_question(self) -> Question:
+        if self._question is None:
+            raise RuntimeError("search_qa: call reset() first")
+        return self._question
+
+    def _record(self, obs: str, valid: bool, success: bool) -> tuple[str, dict[str, Any]]:
+        question = self._require_question()
+        info = {
+            "anchor": obs,
+            "valid": valid,
+            "success": success,
+            "admissible": None,
+            "answer": question.answer,
+            "question": question.text,
+            "hops": len(question.relations),
+            "steps": self._clock.steps,
+        }
+        self._last = (obs, info)
+        return obs, dict(info)

@@ -205,3 +205,13 @@ def test_solution_and_step_need_reset():
         env.solution()
     with pytest.raises(RuntimeError, match="reset"):
         env.step("1 + 2")
+
+
+def test_unseeded_reset_records_its_seed_so_replay_is_exact():
+    env = make("countdown", max_steps=2)
+    obs, _ = env.reset()  # seed=None: the env draws a seed and keeps it for replay
+    env.step("1 + 1")
+    snap = TextEnv.snapshot(env)
+    assert isinstance(snap.seed, int)
+    restored, _ = env.restore(snap)
+    assert restored.startswith(obs) and env.step(env.solution())[1] == 1.0

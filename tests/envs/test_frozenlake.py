@@ -244,3 +244,14 @@ def test_snapshot_before_reset_and_foreign_snapshots_fail():
     env.reset(seed=0)
     with pytest.raises(TypeError):
         env.restore("state")
+
+
+def test_unseeded_reset_records_its_seed_so_replay_is_exact():
+    env = make("frozenlake", map_name="random", is_slippery=True, max_steps=60)
+    env.reset()  # seed=None: the env draws a seed and keeps it for the replay fallback
+    rollout(env, ["down", "right"])
+    snap = TextEnv.snapshot(env)
+    assert isinstance(snap.seed, int)
+    state_obs, future = env._last[0], ["right", "down", "down", "right"] * 3
+    reference = rollout(env, future)
+    assert env.restore(snap)[0] == state_obs and rollout(env, future) == reference

@@ -196,3 +196,12 @@ def test_vocabulary_is_open():
 def test_bad_options_raise_value_error(options):
     with pytest.raises(ValueError, match=next(iter(options))):
         make("integration", **options)
+
+
+def test_unseeded_reset_records_its_seed_so_replay_is_exact():
+    env = make("integration", level=1, max_steps=2)
+    obs, _ = env.reset()  # seed=None: the env draws a seed and keeps it for replay
+    env.step("x")
+    snap = TextEnv.snapshot(env)
+    assert isinstance(snap.seed, int)
+    assert env.restore(snap)[0] == f"{obs} | last wrong"

@@ -233,3 +233,12 @@ def test_calls_before_reset_fail_clearly():
     for call in (lambda: env.answer, lambda: env.retrieve("x"), lambda: env.step("search[x]")):
         with pytest.raises(RuntimeError, match="reset"):
             call()
+
+
+def test_unseeded_reset_records_its_seed_so_replay_is_exact():
+    env = make("search_qa")
+    _, info = env.reset()  # seed=None: the env draws a seed and keeps it for replay
+    after = env.step(f"search[{env.gold_queries[0]}]")[0]
+    snap = TextEnv.snapshot(env)
+    assert isinstance(snap.seed, int)
+    assert env.restore(snap)[0] == after and env.answer == info["answer"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "EpisodeClock",
     "check_choice",
@@ -15,6 +17,7 @@ __all__ = [
     "check_int",
     "check_int_choices",
     "check_int_range",
+    "fresh_seed",
 ]
 
 
@@ -64,6 +67,12 @@ def check_int_choices(name: str, value: Any, allowed: Sequence[int]) -> tuple[in
         if isinstance(v, bool) or v not in allowed:
             raise ValueError(f"{name} values must be in {list(allowed)}, got {v!r}")
     return tuple(values)
+
+
+def fresh_seed() -> int:
+    """A random seed for ``reset(seed=None)``; envs store it as the episode's seed so that
+    the base class's replay fallback (``TextEnv.restore``) rebuilds the same episode."""
+    return int(np.random.default_rng().integers(2**31))
 
 
 class EpisodeClock:

@@ -9,7 +9,8 @@ all of them in a random order with random operations whose intermediate values s
 positive integers (Countdown's rule), and the final value becomes the target; ``solution()``
 returns that expression. Answers are checked exactly: the expression is parsed with ``ast``
 (only integer literals, ``+ - * /`` and parentheses are accepted), evaluated with
-``fractions.Fraction``, and its literals must form a sub-multiset of the given numbers.
+``fractions.Fraction`` (so fractional or negative intermediate values are fine in answers),
+and its literals must form a sub-multiset of the given numbers.
 
 Observation: ``numbers 3 7 25 50 target 302`` (then ``last too low`` / ``last too high`` /
 ``last invalid`` / ``last correct`` after a try). Write answers with spaces between tokens
@@ -26,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from cairn.envs._common import EpisodeClock, check_float, check_int, check_int_range
+from cairn.envs._common import (
+    EpisodeClock,
+    check_float,
+    check_int,
+    check_int_range,
+    fresh_seed,
+)
 from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 
 __all__ = ["Countdown", "CountdownSnapshot", "evaluate_expression", "generate_countdown"]
@@ -180,6 +187,8 @@ class Countdown(TextEnv):
         self._last: tuple[str, dict[str, Any]] = ("", {})
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if seed is None:
+            seed = self._seed = fresh_seed()
         rng = np.random.default_rng(seed)
         self.numbers, self.target, self._gold = generate_countdown(
             rng, self.count, self.number_range, self.target_range

@@ -2,8 +2,8 @@
 
 The agent walks from S to G on a grid of frozen cells (F) and holes (H); stepping into a
 hole ends the episode with failure. Dynamics, slipperiness and map generation are
-Gymnasium's (``gymnasium.envs.toy_text.frozen_lake``); this module renders the state as
-text and parses the four action words ``left down right up``.
+Gymnasium's (``gymnasium.envs.toy_text.frozen_lake``; Gymnasium: arXiv 2407.17032); this
+module renders the state as text and parses the four action words ``left down right up``.
 
 Renderings (``render=``):
 - ``"grid"``: one line per map row, cells separated by spaces, the agent shown as ``A``::
@@ -19,6 +19,10 @@ Renderings (``render=``):
 
 ``info["anchor"]`` is always the grid text (map + position), so two states share an anchor
 exactly when they are the same state, whatever the rendering.
+
+Branching: ``snapshot`` copies the position, the map and Gymnasium's RNG state, so slippery
+futures after ``restore`` are the same as after the base class's replay of the actions
+from the reset seed (``reset(seed=None)`` draws a seed and records it for that replay).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 from gymnasium.envs.toy_text.frozen_lake import MAPS, FrozenLakeEnv, generate_random_map
 
-from cairn.envs._common import EpisodeClock, check_choice, check_float, check_int
+from cairn.envs._common import EpisodeClock, check_choice, check_float, check_int, fresh_seed
 from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 
 __all__ = ["ACTIONS", "FrozenLake", "FrozenLakeSnapshot"]
@@ -111,6 +115,8 @@ class FrozenLake(TextEnv):
 
     # -- episode -----------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if seed is None:
+            seed = self._seed = fresh_seed()
         if self.map_name == "random":
             desc = generate_random_map(size=self.map_size, p=self.frozen_prob, seed=seed)
         else:
@@ -133,10 +139,10 @@ class FrozenLake(TextEnv):
         reward = (1.0 if reached else 0.0) - self.step_cost
         return self._end_step(reward, bool(terminated), truncated and not terminated, valid=True)
 
-    def _end_step(self, reward: float, terminated: bool, truncated: bool, valid: bool):
-        self._clock.done = terminated or truncated
+    def _end_step(self, reward: float, term: bool, trunc: bool, valid: bool) -> StepResult:
+        self._clock.done = term or trunc
         self._last = (self._observe(), self._info(valid=valid))
-        return self._last[0], reward, terminated, truncated, dict(self._last[1])
+        return self._last[0], reward, term, trunc, dict(self._last[1])
 
     # -- branching: copy the Gymnasium state instead of replaying ------------------------
     def snapshot(self) -> FrozenLakeSnapshot:

@@ -1,6 +1,6 @@
 """Indefinite integration with a numerically verified reward: the env of LADDER.
 
-LADDER (arXiv 2503.00735, Sec. 3.1.2 "Solution verification") rewards an antiderivative by
+LADDER (arXiv 2503.00735, its numerical solution verifier) rewards an antiderivative by
 comparing it numerically with the problem at random points in [-10, 10]; here the check is
 ``F'(x_i) == f(x_i)`` (relative tolerance) at sampled points ``x_i``, skipping points where
 either side is complex or not finite, so a constant of integration is always allowed.
@@ -16,9 +16,11 @@ Pieces reused by the LADDER variant generator:
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from sympy.parsing.sympy_parser import (
     standard_transformations,
 )
 
-from cairn.envs._common import EpisodeClock, check_int, check_int_choices
+from cairn.envs._common import EpisodeClock, check_int, check_int_choices, fresh_seed
 from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 
 __all__ = [
@@ -65,6 +67,10 @@ _MAX_CHARS = 1000
 _MAX_LITERAL_CHARS = 20
 _MAX_NODES = 500
 _MAX_CONSTANT_EXPONENT = 100
+# sympy >= 1.13 can skip printing the expression into the generated function's docstring
+_LAMBDIFY_OPTIONS = (
+    {"docstring_limit": 0} if "docstring_limit" in inspect.signature(sp.lambdify).parameters else {}
+)
 
 
 def _check_tokens(text: str) -> None:
@@ -164,9 +170,9 @@ def verify_antiderivative(
         return False
     f = _in_x(sp.sympify(integrand, locals=_NAMES) if isinstance(integrand, str) else integrand)
     candidate = _in_x(candidate)
-    xs = np.random.default_rng(seed).uniform(-10.0, 10.0, size=points)  # (P,)
+    xs = _points(seed, points)  # (P,)
     lhs = _evaluate(sp.diff(candidate, x), xs)  # (P,)
-    rhs = _evaluate(f, xs)  # (P,)
+    rhs = _integrand_values(f, seed, points)  # (P,)
     ok = np.isfinite(lhs) & np.isfinite(rhs)
     if ok.sum() < min_valid:
         return False
@@ -182,11 +188,24 @@ def _in_x(expr: sp.Expr) -> sp.Expr:
     return expr.subs({s: x for s in expr.free_symbols if s != x})
 
 
+def _points(seed: int, points: int) -> np.ndarray:
+    """The abscissae of a check: ``points`` uniform draws from [-10, 10], (P,)."""
+    return np.random.default_rng(seed).uniform(-10.0, 10.0, size=points)
+
+
+@lru_cache(maxsize=256)
+def _integrand_values(f: sp.Expr, seed: int, points: int) -> np.ndarray:
+    """``f`` at the check's points, (P,); cached because an env checks one f many times."""
+    values = _evaluate(f, _points(seed, points))
+    values.flags.writeable = False
+    return values
+
+
 def _evaluate(expr: sp.Expr, xs: np.ndarray) -> np.ndarray:
     """``expr`` at the real points ``xs`` (P,) as floats; NaN where complex or undefined."""
     with np.errstate(all="ignore"):
         try:
-            func = sp.lambdify(x, expr, modules="numpy")
+            func = sp.lambdify(x, expr, modules="numpy", **_LAMBDIFY_OPTIONS)
             values = np.asarray(func(xs), dtype=complex)
         except Exception:  # unprintable or non-numeric expressions count as undefined
             return np.full(xs.shape, np.nan)
@@ -316,6 +335,8 @@ class Integration(TextEnv):
         self._last: tuple[str, dict[str, Any]] = ("", {})
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if seed is None:
+            seed = self._seed = fresh_seed()
         rng = np.random.default_rng(seed)
         self.level = int(_pick(rng, self.levels)) if self._fixed is None else 0
         self.integrand = (

@@ -1,9 +1,9 @@
 """Multi-hop question answering over a synthetic corpus with a BM25 retriever (bm25s).
 
 The env of the search-agent methods: ARPO (arXiv 2507.19849) branches after tool results,
-IGPO (arXiv 2510.14967, Eq. 4-6) rewards each turn by the gain in the policy's probability
+IGPO (arXiv 2510.14967) rewards each turn by the gain in the policy's probability
 of the ground-truth answer (so the answer is exposed as ``info["answer"]`` and
-``env.answer``), and SSRL (arXiv 2508.10874, Sec. 5 "Sim2Real") swaps self-generated
+``env.answer``), and SSRL (arXiv 2508.10874, its "Sim2Real" evaluation) swaps self-generated
 information for real retrieval at evaluation (``env.retrieve(query, k)``).
 
 Every seed gives a knowledge base of made-up entities (names from syllables, so nothing
@@ -36,6 +36,7 @@ from cairn.envs._common import (
     check_choice,
     check_int,
     check_int_choices,
+    fresh_seed,
 )
 from cairn.envs._kb import KnowledgeBase, Question, all_names, build_kb, make_question
 from cairn.envs._kb import template_words as _template_words
@@ -137,7 +138,7 @@ class SearchQA(TextEnv):
     # -- episode -----------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if seed is None:
-            seed = int(np.random.default_rng().integers(2**31))
+            seed = self._seed = fresh_seed()
         kb_seed = seed if self.kb_seed is None else self.kb_seed
         self._kb_key = (kb_seed, self.kb_size)
         self._kb = build_kb(*self._kb_key)

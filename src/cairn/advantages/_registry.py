@@ -1,0 +1,285 @@
+"""The estimator registry: names -> pure functions of a StepBatch, with checked options.
+
+An estimator is registered with a decorator in its own module:
+
+    @register("rloo")
+    def rloo(batch: StepBatch) -> np.ndarray: ...
+
+    @register("gigpo", checks={"gamma": UNIT, "norm": NORM, ...}, parts=gigpo_parts)
+    def gigpo(batch: StepBatch, *, gamma: float = 0.95, norm: str = "mean", ...) -> np.ndarray:
+        return gigpo_parts(batch, gamma=gamma, norm=norm, ...)[0]
+
+Options are the function's keyword-only parameters; each must have a default and a
+``Check`` (so no value reaches the maths unchecked). ``parts`` is an optional twin function
+with the same options that returns ``(advantage, {name: (N,) array})``; registration checks
+that both signatures agree. The decorator returns a wrapper that validates options, so a
+direct call ``gigpo(batch, norm="bad")`` fails the same way as ``estimate("gigpo", ...)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cairn.data import StepBatch
+
+__all__ = [
+    "DISCOUNT",
+    "NORM",
+    "WEIGHT",
+    "Check",
+    "Estimator",
+    "available",
+    "choice",
+    "estimate",
+    "estimate_parts",
+    "flag",
+    "get",
+    "matrix_or_none",
+    "options_of",
+    "parts_of",
+    "real",
+    "register",
+    "validate_options",
+]
+
+Parts = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A validator for one option value: ``ok(value)`` and a phrase saying what is allowed."""
+
+    allowed: str
+    ok: Callable[[Any], bool]
+
+
+def choice(*values: Any) -> Check:
+    """The value must be one of ``values``."""
+    scalar = (str, bool, int, float, type(None))
+    return Check(", ".join(map(repr, values)), lambda v: isinstance(v, scalar) and v in values)
+
+
+def _is_real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool | np.bool_)
+
+
+def real(
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    none_ok: bool = False,
+) -> Check:
+    """A finite real number (not a bool) in the interval given by ``lo``/``hi``."""
+    allowed = "a finite number"
+    if lo is not None or hi is not None:
+        left = "(-inf" if lo is None else f"{'(' if lo_open else '['}{lo}"
+        right = "inf)" if hi is None else f"{hi}{')' if hi_open else ']'}"
+        allowed += f" in {left}, {right}"
+    allowed += " or None" if none_ok else ""
+
+    def ok(v: Any) -> bool:
+        if v is None:
+            return none_ok
+        if not _is_real(v) or not math.isfinite(float(v)):
+            return False
+        x = float(v)
+        above = lo is None or (x > lo if lo_open else x >= lo)
+        below = hi is None or (x < hi if hi_open else x <= hi)
+        return above and below
+
+    return Check(allowed, ok)
+
+
+def flag() -> Check:
+    """A bool (True/False), not an int or a string."""
+    return Check("True or False", lambda v: isinstance(v, bool | np.bool_))
+
+
+def matrix_or_none() -> Check:
+    """None or a 2-D array of finite numbers (its row count is checked against the batch)."""
+
+    def ok(v: Any) -> bool:
+        if v is None:
+            return True
+        try:
+            arr = np.asarray(v, dtype=np.float64)
+        except (TypeError, ValueError):
+            return False
+        return arr.ndim == 2 and bool(np.all(np.isfinite(arr)))
+
+    return Check("None or a 2-D array of finite numbers, one row per step", ok)
+
+
+NORM = choice("mean", "mean_std")  # x - mean  |  (x - mean)/(std + eps)
+DISCOUNT = real(0.0, 1.0)  # gamma, lambda
+WEIGHT = real()  # any finite real
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A registered estimator: its function, option defaults, checks and optional parts twin."""
+
+    name: str
+    fn: Callable[..., np.ndarray]
+    defaults: dict[str, Any]
+    checks: dict[str, Check]
+    parts: Callable[..., tuple[np.ndarray, Parts]] | None
+    part_names: tuple[str, ...]
+
+
+_REGISTRY: dict[str, Estimator] = {}
+
+
+def _keyword_defaults(fn: Callable[..., Any], name: str) -> dict[str, Any]:
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or params[0].kind not in (
+        params[0].POSITIONAL_ONLY,
+        params[0].POSITIONAL_OR_KEYWORD,
+    ):
+        raise TypeError(f"estimator {name!r} must take the StepBatch as first positional argument")
+    defaults = {}
+    for p in params[1:]:
+        if p.kind is not p.KEYWORD_ONLY or p.default is p.empty:
+            raise TypeError(
+                f"estimator {name!r}: option {p.name!r} must be keyword-only with a default"
+            )
+        defaults[p.name] = p.default
+    return defaults
+
+
+def register(
+    name: str,
+    *,
+    checks: dict[str, Check] | None = None,
+    parts: Callable[..., tuple[np.ndarray, Parts]] | None = None,
+    part_names: tuple[str, ...] = (),
+) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
+    """Decorator registering ``fn(batch, *, opt=default, ...) -> (N,) float64`` as ``name``.
+
+    ``parts`` (with the same options) returns ``(advantage, parts)`` whose keys are exactly
+    ``part_names``.
+    """
+    checks = dict(checks or {})
+    if (parts is None) != (not part_names):
+        raise TypeError(f"estimator {name!r}: give both parts and part_names, or neither")
+
+    def deco(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        if name in _REGISTRY:
+            raise ValueError(f"estimator {name!r} is already registered")
+        defaults = _keyword_defaults(fn, name)
+        if set(checks) != set(defaults):
+            raise TypeError(
+                f"estimator {name!r}: checks {sorted(checks)} must cover exactly its options "
+                f"{sorted(defaults)}"
+            )
+        if parts is not None and _keyword_defaults(parts, name) != defaults:
+            raise TypeError(f"estimator {name!r}: its parts function has different options")
+        entry = Estimator(name, fn, defaults, checks, parts, tuple(part_names))
+        for key, value in defaults.items():  # the defaults themselves must pass
+            _check_value(entry, key, value)
+        checked = _checked(name, fn)
+        checked_parts = None if parts is None else _checked(name, parts)
+        _REGISTRY[name] = Estimator(
+            name, checked, defaults, checks, checked_parts, tuple(part_names)
+        )
+        return checked
+
+    return deco
+
+
+def _checked(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def checked(batch: StepBatch, **options: Any) -> Any:
+        validate_options(name, options)
+        return fn(batch, **options)
+
+    return checked
+
+
+def available() -> list[str]:
+    """Names accepted by ``estimate``."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Estimator:
+    """The registry entry of ``name``; unknown names raise ValueError listing ``available()``."""
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; available: {', '.join(available())}"
+        )
+    return _REGISTRY[name]
+
+
+def options_of(name: str) -> dict[str, Any]:
+    """``{option: default}`` of estimator ``name``."""
+    return dict(get(name).defaults)
+
+
+def parts_of(name: str) -> tuple[str, ...]:
+    """Names of the parts ``estimate_parts(name, ...)`` returns (``()`` when it has none)."""
+    return get(name).part_names
+
+
+def _describe(entry: Estimator) -> str:
+    if not entry.defaults:
+        return "(none)"
+    return ", ".join(f"{k}={v!r}" for k, v in entry.defaults.items())
+
+
+def _check_value(entry: Estimator, key: str, value: Any) -> None:
+    check = entry.checks[key]
+    if not check.ok(value):
+        raise ValueError(
+            f"estimator {entry.name!r}: option {key}={value!r} is not allowed; "
+            f"allowed: {check.allowed}"
+        )
+
+
+def validate_options(name: str, options: dict[str, Any]) -> None:
+    """Check ``options`` for estimator ``name`` without running it (for the config loader).
+
+    Raises ValueError for an unknown name (listing ``available()``), an unknown option
+    (listing the allowed options with their defaults) or a value out of its allowed set.
+    """
+    entry = get(name)
+    unknown = sorted(set(options) - set(entry.defaults))
+    if unknown:
+        raise ValueError(
+            f"estimator {name!r} has no option {', '.join(map(repr, unknown))}; "
+            f"allowed (with defaults): {_describe(entry)}"
+        )
+    for key, value in options.items():
+        _check_value(entry, key, value)
+
+
+def estimate(name: str, batch: StepBatch, **options: Any) -> np.ndarray:
+    """Per-step advantages (N,) float64 of estimator ``name`` on ``batch``, rows in batch order."""
+    return get(name).fn(batch, **options)
+
+
+def estimate_parts(name: str, batch: StepBatch, **options: Any) -> tuple[np.ndarray, Parts]:
+    """``(advantage, parts)``: the advantage of ``estimate`` plus named (N,) components.
+
+    ``parts`` maps names (e.g. GiGPO's ``"A_E"``, ``"A_S"``, ``"G"``) to per-row arrays in
+    batch order; estimators without parts return ``{}``. The advantage is identical to
+    ``estimate(name, batch, **options)``.
+    """
+    entry = get(name)
+    if entry.parts is None:
+        return entry.fn(batch, **options), {}
+    adv, parts = entry.parts(batch, **options)
+    if tuple(parts) != entry.part_names:
+        raise RuntimeError(
+            f"estimator {name!r} returned parts {list(parts)}, declared {entry.part_names}"
+        )
+    return adv, parts

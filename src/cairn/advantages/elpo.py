@@ -1,0 +1,101 @@
+"""ELPO hierarchical tree advantage (arXiv 2602.09598; the advantage part only).
+
+The clipping widened after the first irrecoverable step lives in the loss, not here.
+
+Tree: the nodes of a group are the prefixes of its episodes' paths; each episode is a leaf
+(its path is the one on its final step). Rows map to nodes through their own ``path``: the
+tuple of branch ids of the node that generated the row (``()`` before the first branch;
+at a branch point every continuation, the original included, takes its own id). Rows of a
+shared prefix appear once per leaf (complete episodes t = 0..T-1) and all map to the same
+node, so they get the same advantage. The tree must be valid (``grouping.check_tree``).
+
+    V(leaf)      = R of the leaf's episode;  V(node) = mean of its children's V
+    A_b(node)    = (V(node) - mean_siblings V) / (std_siblings V + eps)   siblings = the
+                   parent's children, the node included; 0 for the root and for an only child
+    z(leaf)      = (R - mean_group R) / (std_group R + eps)               over the group's leaves
+    A_t(node)    = mean of z over the leaves below the node
+    A            = branch_weight * A_b + traj_weight * A_t                (0.5 and 0.5)
+
+eps = 1e-6, std unbiased. Shapes: batch of N rows with ``path`` -> (N,) float64.
+Parts: ``A_b``, ``A_t`` (N,). Loops over tree depth, vectorised over nodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cairn.advantages._registry import WEIGHT, register
+from cairn.advantages.grouping import (
+    Episodes,
+    PathTable,
+    check_tree,
+    factorize_keys,
+    leaf_paths,
+    normalize_in_segments,
+    segment_count,
+    segment_mean,
+    segment_sum,
+)
+from cairn.data import StepBatch
+
+__all__ = ["elpo"]
+
+
+def _node_values(
+    parent: np.ndarray, depth: np.ndarray, leaf_node: np.ndarray, R: np.ndarray
+) -> np.ndarray:
+    """V per node (n_nodes,): leaves from R, inner nodes the mean of their children, bottom-up."""
+    n_nodes = len(parent)
+    V = np.zeros(n_nodes)
+    V[leaf_node] = R
+    child = np.flatnonzero(parent >= 0)
+    n_children = segment_count(parent[child], n_nodes)
+    for d in range(int(depth.max(initial=0)), 0, -1):
+        kids = child[depth[child] == d]
+        sums = segment_sum(V[kids], parent[kids], n_nodes)
+        inner = np.unique(parent[kids])
+        V[inner] = sums[inner] / n_children[inner]
+    return V
+
+
+def _elpo_parts(
+    batch: StepBatch, *, branch_weight: float = 0.5, traj_weight: float = 0.5
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(A, {"A_b", "A_t"})``, all (N,) float64; see the module docstring."""
+    batch.require("path", estimator="elpo")
+    ep = Episodes.of(batch)
+    paths = PathTable.of(batch.path)
+    leaf = leaf_paths(ep, paths)  # (E,)
+    check_tree(ep, paths, leaf)
+    R = ep.returns(batch.reward)  # (E,)
+    # (episode, depth) pairs: the chain of nodes from the root to each leaf
+    L = paths.length[leaf]  # (E,)
+    first = np.cumsum(L + 1) - (L + 1)  # (E,) offset of each episode's chain
+    pair_ep = np.repeat(np.arange(ep.n), L + 1)  # (P,)
+    pair_depth = np.arange(len(pair_ep)) - first[pair_ep]
+    node, n_nodes = factorize_keys(ep.group[pair_ep], paths.prefix[leaf[pair_ep], pair_depth])
+    depth = np.zeros(n_nodes, dtype=np.int64)
+    depth[node] = pair_depth
+    parent = np.full(n_nodes, -1, dtype=np.int64)
+    deep = np.flatnonzero(pair_depth > 0)
+    parent[node[deep]] = node[deep - 1]
+    V = _node_values(parent, depth, node[first + L], R)
+    child = np.flatnonzero(parent >= 0)
+    A_b = np.zeros(n_nodes)
+    A_b[child] = normalize_in_segments(V[child], parent[child], n_nodes, "mean_std")
+    z = normalize_in_segments(R, ep.group, ep.n_groups, "mean_std")  # (E,)
+    A_t = segment_mean(z[pair_ep], node, n_nodes)
+    row_node = node[first[ep.row] + paths.length[paths.code]]  # (N,)
+    A_b, A_t = A_b[row_node], A_t[row_node]
+    return branch_weight * A_b + traj_weight * A_t, {"A_b": A_b, "A_t": A_t}
+
+
+@register(
+    "elpo",
+    checks={"branch_weight": WEIGHT, "traj_weight": WEIGHT},
+    parts=_elpo_parts,
+    part_names=("A_b", "A_t"),
+)
+def elpo(batch: StepBatch, *, branch_weight: float = 0.5, traj_weight: float = 0.5) -> np.ndarray:
+    """ELPO hierarchical advantage ``branch_weight*A_b + traj_weight*A_t`` per step, (N,)."""
+    return _elpo_parts(batch, branch_weight=branch_weight, traj_weight=traj_weight)[0]

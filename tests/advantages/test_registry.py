@@ -1,0 +1,176 @@
+"""The registry: names, options, checks, parts, registration rules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from adv_batches import random_batch
+
+from cairn.advantages import (
+    _registry,
+    available,
+    estimate,
+    estimate_parts,
+    options_of,
+    parts_of,
+    register,
+    validate_options,
+)
+from cairn.advantages.gigpo import gigpo
+from cairn.data import StepBatch
+
+ALL = {
+    "arpo", "elpo", "gae", "gigpo", "grpo", "igpo", "proxmo",
+    "reinforce_pp", "rloo", "treepo", "vineppo",
+}  # fmt: skip
+
+
+@pytest.fixture
+def batch() -> StepBatch:
+    return random_batch(np.random.default_rng(0))
+
+
+def test_available_lists_every_estimator() -> None:
+    assert set(available()) == ALL
+    assert available() == sorted(available())
+
+
+def test_options_of_gives_the_documented_defaults() -> None:
+    assert options_of("gigpo") == {
+        "gamma": 0.95,
+        "step_weight": 1.0,
+        "norm": "mean",
+        "episode_norm": "mean_std",
+        "episode_stats": "episodes",
+        "similarity": None,
+    }
+    assert options_of("grpo") == {"norm": "mean_std"}
+    assert options_of("rloo") == {}
+    assert options_of("proxmo")["tau"] == 0.1 and options_of("proxmo")["alpha"] == 4.0
+
+
+def test_options_of_returns_a_copy() -> None:
+    options_of("gigpo")["gamma"] = 0.1
+    assert options_of("gigpo")["gamma"] == 0.95
+
+
+def test_unknown_name_lists_available(batch: StepBatch) -> None:
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'gipgo'.*gigpo.*grpo"):
+        estimate("gipgo", batch)
+    with pytest.raises(ValueError, match="available"):
+        validate_options("nope", {})
+
+
+def test_unknown_option_lists_allowed_options_with_defaults(batch: StepBatch) -> None:
+    with pytest.raises(ValueError, match=r"no option 'lam'.*gamma=0\.95.*norm='mean'"):
+        estimate("gigpo", batch, lam=0.9)
+    with pytest.raises(ValueError, match=r"no option 'norm'; allowed \(with defaults\): \(none\)"):
+        estimate("rloo", batch, norm="mean")
+
+
+BAD_VALUES = [
+    ("gigpo", "norm", "std"),
+    ("gigpo", "norm", None),
+    ("gigpo", "episode_norm", "mean_norm"),
+    ("gigpo", "episode_stats", "steps"),
+    ("gigpo", "gamma", 1.5),
+    ("gigpo", "gamma", -0.1),
+    ("gigpo", "gamma", True),
+    ("gigpo", "gamma", "0.9"),
+    ("gigpo", "step_weight", math.nan),
+    ("gigpo", "step_weight", math.inf),
+    ("gigpo", "similarity", 0.0),
+    ("gigpo", "similarity", 1.2),
+    ("grpo", "norm", "MEAN"),
+    ("proxmo", "tau", 0.0),
+    ("proxmo", "alpha", -1.0),
+    ("proxmo", "beta", -0.5),
+    ("proxmo", "features", [1.0, 2.0]),
+    ("proxmo", "features", [[1.0, math.nan]]),
+    ("proxmo", "features", "tfidf"),
+    ("vineppo", "whiten", 1),
+    ("treepo", "whiten", "yes"),
+    ("arpo", "attribution", "medium"),
+    ("gae", "lam", 1.01),
+    ("igpo", "gamma", None),
+    ("elpo", "branch_weight", "half"),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "value"), BAD_VALUES)
+def test_bad_values_are_rejected_with_what_is_allowed(
+    name: str, key: str, value: object, batch: StepBatch
+) -> None:
+    with pytest.raises(ValueError, match=rf"option {key}=.* is not allowed; allowed: "):
+        validate_options(name, {key: value})
+    with pytest.raises(ValueError, match=f"option {key}="):
+        estimate(name, batch, **{key: value})
+
+
+def test_validate_options_accepts_good_values_without_a_batch() -> None:
+    validate_options("gigpo", {"gamma": 1, "norm": "mean_std", "similarity": 0.95})
+    validate_options("proxmo", {"features": np.ones((3, 2)), "tau": 1e-9})
+    validate_options("vineppo", {"whiten": np.bool_(False)})
+    for name in available():
+        validate_options(name, options_of(name))
+
+
+def test_direct_calls_check_options_too(batch: StepBatch) -> None:
+    with pytest.raises(ValueError, match="option norm='bad'"):
+        gigpo(batch, norm="bad")
+
+
+def test_parts_are_declared_and_returned(batch: StepBatch) -> None:
+    assert parts_of("gigpo") == ("A_E", "A_S", "G")
+    assert parts_of("proxmo") == ("A_E", "A_S", "w", "G")
+    assert parts_of("grpo") == ()
+    adv, parts = estimate_parts("gigpo", batch, step_weight=0.5)
+    np.testing.assert_allclose(adv, parts["A_E"] + 0.5 * parts["A_S"])
+    adv, parts = estimate_parts("grpo", batch)
+    assert parts == {} and adv.shape == (len(batch),)
+    with pytest.raises(ValueError, match="no option"):
+        estimate_parts("gigpo", batch, omega=1.0)
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_registry, "_REGISTRY", dict(_registry._REGISTRY))
+
+
+def test_a_new_estimator_registers_and_runs(scratch_registry: None, batch: StepBatch) -> None:
+    @register("scaled_reward", checks={"scale": _registry.real(0.0)})
+    def scaled_reward(b: StepBatch, *, scale: float = 2.0) -> np.ndarray:
+        return scale * b.reward
+
+    assert "scaled_reward" in available()
+    np.testing.assert_allclose(estimate("scaled_reward", batch), 2.0 * batch.reward)
+    with pytest.raises(ValueError, match="scale=-1"):
+        estimate("scaled_reward", batch, scale=-1)
+
+
+def test_registration_rules(scratch_registry: None) -> None:
+    def ok(b: StepBatch, *, x: float = 1.0) -> np.ndarray:
+        return b.reward
+
+    with pytest.raises(ValueError, match="already registered"):
+        register("grpo", checks={"x": _registry.WEIGHT})(ok)
+    with pytest.raises(TypeError, match="checks"):
+        register("no_checks")(ok)
+
+    def positional(b: StepBatch, x: float = 1.0) -> np.ndarray:
+        return b.reward
+
+    with pytest.raises(TypeError, match="keyword-only"):
+        register("positional", checks={"x": _registry.WEIGHT})(positional)
+
+    def twin(b: StepBatch, *, y: float = 1.0) -> tuple:
+        return b.reward, {"p": b.reward}
+
+    with pytest.raises(TypeError, match="different options"):
+        register("twin", checks={"x": _registry.WEIGHT}, parts=twin, part_names=("p",))(ok)
+    with pytest.raises(ValueError, match="x=5"):  # a default must pass its own check
+        register("bad_default", checks={"x": _registry.DISCOUNT})(
+            lambda b, *, x=5: b.reward  # type: ignore[misc]
+        )

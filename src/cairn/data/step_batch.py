@@ -54,9 +54,9 @@ def _as_column(name: str, values: Any, dtype: Any) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ValueError(f"column {name!r} must be 1-D, got shape {arr.shape}")
-    if np.issubdtype(np.dtype(dtype), np.integer) and arr.size and arr.dtype.kind == "f":
-        if not np.all(arr == np.round(arr)):
-            raise ValueError(f"column {name!r} must hold integers, got {arr.dtype}")
+    integer = np.issubdtype(np.dtype(dtype), np.integer)
+    if integer and arr.dtype.kind == "f" and not np.all(arr == np.round(arr)):
+        raise ValueError(f"column {name!r} must hold integers, got {arr.dtype}")
     out = arr.astype(dtype, copy=False)
     if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
         bad = int(np.flatnonzero(~np.isfinite(out))[0])

@@ -1,0 +1,145 @@
+"""Command line:
+
+cairn train [CONFIG.yaml] [--set key=value ...] [--resume RUN_DIR]
+cairn eval RUN_DIR [--episodes N]
+cairn compare CONFIG... --seeds N [--set key=value ...] [--out DIR] [--jobs J]
+cairn config [CONFIG.yaml] [--set ...]       # print the resolved config, or all keys
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from cairn.train.config import ConfigError, describe, load_config
+
+__all__ = ["main"]
+
+console = Console(highlight=False)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cairn", description="RL for multi-turn LLM agents.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a policy (no CONFIG: the GiGPO sokoban demo)")
+    t.add_argument("config", nargs="?", help="YAML config (see configs/)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+
+    e = sub.add_parser("eval", help="greedy evaluation of a run's last checkpoint")
+    e.add_argument("run_dir")
+    e.add_argument("--episodes", type=int, default=None, help="held-out episodes")
+
+    c = sub.add_parser("compare", help="train configs on several seeds and compare curves")
+    c.add_argument("configs", nargs="+")
+    c.add_argument("--seeds", type=int, default=3)
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    c.add_argument("--target", type=float, default=None, help="success target (eval.target)")
+    c.add_argument("--out", default=None, help="output folder (default runs/compare-<time>)")
+    c.add_argument("--jobs", type=int, default=1, help="runs in parallel (1 thread each)")
+
+    g = sub.add_parser("config", help="print a resolved config, or every key with its help")
+    g.add_argument("config", nargs="?")
+    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    g.add_argument("--keys", action="store_true", help="list every key, default and help")
+    return p
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from cairn.train.trainer import Trainer, new_run_dir
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").exists():
+            raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
+        cfg = load_config(run_dir / "config.yaml", args.overrides)
+    else:
+        cfg = load_config(args.config, args.overrides)
+        run_dir = new_run_dir(cfg)
+    console.print(f"run directory: {run_dir}")
+    summary = Trainer(cfg, run_dir, resume=bool(args.resume)).run()
+    console.print(
+        f"untrained success {_fmt(summary['untrained_success'])} -> "
+        f"eval success {_fmt(summary['eval_success'])} after {summary['episodes']} episodes, "
+        f"{summary['train_seconds']:.0f} s of training ({summary['wall_seconds']:.0f} s wall)"
+    )
+    console.print(f"run: {run_dir.name}  ({run_dir})")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from cairn.train.trainer import Trainer
+
+    run_dir = Path(args.run_dir)
+    overrides = [f"eval.episodes={args.episodes}"] if args.episodes else []
+    cfg = load_config(run_dir / "config.yaml", overrides)
+    stats = Trainer(cfg, run_dir, resume=True).evaluate()
+    (run_dir / "eval.json").write_text(json.dumps(stats, indent=2))
+    console.print(json.dumps(stats, indent=2))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from cairn.train.compare import compare
+
+    out = Path(args.out or f"runs/compare-{datetime.now():%Y%m%d-%H%M%S}")
+    summary = compare(args.configs, args.seeds, out, args.overrides, args.target, args.jobs)
+    table = Table(title=f"episodes to success {summary['target']}")
+    for col in ("config", "episodes to target", "reached", "final success"):
+        table.add_column(col)
+    for name, c in summary["configs"].items():
+        mean = c["episodes_to_target_mean"]
+        ci = c["final_success_ci95"]
+        table.add_row(
+            name,
+            "-" if mean is None else f"{mean:.0f}",
+            c["reached"],
+            f"{c['final_success_mean']:.3f}" + ("" if ci is None else f" ± {ci:.3f}"),
+        )
+    console.print(table)
+    console.print(f"results: {out}/compare.md, {out}/curves.png")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    if args.keys:
+        for key, default, help_ in describe():
+            console.print(f"[bold]{key}[/bold] = {default!r}  [dim]{help_}[/dim]")
+        return 0
+    cfg = load_config(args.config, args.overrides)
+    console.print(yaml.safe_dump(cfg.model_dump(), sort_keys=False), end="")
+    return 0
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"train": cmd_train, "eval": cmd_eval, "compare": cmd_compare, "config": cmd_config}
+    try:
+        return handler[args.command](args)
+    except ConfigError as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    except KeyboardInterrupt:
+        console.print(
+            "[yellow]interrupted: the last checkpoint is intact; resume with "
+            "cairn train --resume RUN_DIR[/yellow]"
+        )
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Episodes and steps as the rollout produces them, and their conversion to the step table.
+
+A `Step` is one prompt -> action sample with what the env answered; an `Episode` is one
+multi-turn trajectory. `to_step_batch` flattens episodes into the `StepBatch` every
+advantage estimator reads; `to_records` gives the JSON form stored in the run directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cairn.data.step_batch import StepBatch
+
+__all__ = ["Episode", "Step", "to_records", "to_step_batch"]
+
+
+@dataclass
+class Step:
+    """One turn. ``reward`` is the env's reward; ``penalty`` what the agent subtracted."""
+
+    t: int
+    observation: str
+    anchor: Hashable
+    action: str
+    completion: str
+    reward: float
+    valid: bool = True
+    penalty: float = 0.0
+    prompt_ids: list[int] = field(default_factory=list)
+    action_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    allowed: list[list[int]] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_reward(self) -> float:
+        """The reward the learner sees: env reward minus the invalid-action penalty."""
+        return self.reward - self.penalty
+
+
+@dataclass
+class Episode:
+    """One trajectory of a task instance; episodes of one instance share ``group``."""
+
+    id: int
+    group: int
+    task: int  # the env seed of the task instance
+    steps: list[Step] = field(default_factory=list)
+    success: bool = False
+    terminated: bool = False
+    truncated: bool = False
+    source: int = 0  # 0 on-policy, 1 off-policy demonstration, 2 memory-guided
+    path: tuple[int, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ret(self) -> float:
+        return float(sum(s.total_reward for s in self.steps))
+
+    @property
+    def invalid(self) -> int:
+        return sum(not s.valid for s in self.steps)
+
+
+def to_step_batch(episodes: Sequence[Episode], **extra: np.ndarray) -> StepBatch:
+    """One row per step, in episode order; ``extra`` adds optional columns (length N)."""
+    rows = [(e, s) for e in episodes for s in e.steps]
+    return StepBatch.from_columns(
+        group=np.fromiter((e.group for e, _ in rows), np.int64, len(rows)),
+        episode=np.fromiter((e.id for e, _ in rows), np.int64, len(rows)),
+        t=np.fromiter((s.t for _, s in rows), np.int64, len(rows)),
+        reward=np.fromiter((s.total_reward for _, s in rows), np.float64, len(rows)),
+        anchor=[s.anchor for _, s in rows],
+        success=np.fromiter((e.success for e, _ in rows), np.bool_, len(rows)),
+        source=np.fromiter((e.source for e, _ in rows), np.int64, len(rows)),
+        **extra,
+    )
+
+
+def to_records(episodes: Sequence[Episode], **per_step: np.ndarray) -> list[dict[str, Any]]:
+    """JSON-ready dicts (token ids dropped); ``per_step`` arrays (N,) are attached per step."""
+    out, row = [], 0
+    for e in episodes:
+        rec = {k: v for k, v in asdict(e).items() if k != "steps"}
+        rec["return"] = e.ret
+        steps = []
+        for s in e.steps:
+            d = {
+                "t": s.t,
+                "observation": s.observation,
+                "action": s.action,
+                "completion": s.completion,
+                "reward": s.reward,
+                "penalty": s.penalty,
+                "valid": s.valid,
+                "logprob": float(sum(s.logprobs)),
+            }
+            d.update({k: float(v[row]) for k, v in per_step.items()})
+            steps.append(d)
+            row += 1
+        rec["steps"] = steps
+        out.append(rec)
+    return out

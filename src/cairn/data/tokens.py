@@ -1,0 +1,175 @@
+"""The token batch a loss consumes, and its collation into padded tensors.
+
+Rows are steps. Each row has its prompt ids, its action ids, the behaviour log-probs of
+those action tokens, the step's advantage (broadcast to its action tokens), optionally
+the ids each action token was restricted to (constrained decoding) and per-row flags.
+
+Collated layout (`ScoreInputs`): each distinct context (prompt + action minus its last
+token) once, left-padded so every context ends in the last column; action tokens are
+right-aligned in A columns. The model then needs logits for the last A positions only,
+and a step revisited by several episodes of a group costs one forward, not several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from cairn.data.episode import Episode
+
+__all__ = ["Minibatch", "ScoreInputs", "TokenBatch", "collate_scoring", "left_pad", "right_align"]
+
+
+@dataclass
+class ScoreInputs:
+    """Model inputs for teacher-forced scoring of B action rows.
+
+    The model reads U <= B distinct contexts, each a prompt followed by all but the last
+    token of its action (the last token's own logits are never needed); rows that share a
+    context share one forward pass. Contexts are left-padded to a common width L.
+
+    input_ids (U, L), attention_mask (U, L): the distinct contexts;
+    context (B,) long: the context row of each action row;
+    actions (B, A), action_mask (B, A) bool: action ids right-aligned in A columns;
+    allowed (B, A, K) long padded with -1, or None when no row is restricted; inside a
+    restricted batch, a position whose ids are all -1 is unrestricted.
+    The logits of context u's last A positions predict the action tokens of its rows.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    context: torch.Tensor
+    actions: torch.Tensor
+    action_mask: torch.Tensor
+    allowed: torch.Tensor | None = None
+
+
+def right_align(rows: Sequence[Sequence[float]], width: int, fill: float = 0.0) -> torch.Tensor:
+    """Ragged rows -> (B, width) float tensor, each row in its last len(row) columns."""
+    out = torch.full((len(rows), width), fill, dtype=torch.float32)
+    for i, r in enumerate(rows):
+        if len(r):
+            out[i, width - len(r) :] = torch.as_tensor(r, dtype=torch.float32)
+    return out
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(1, max(map(len, rows)))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if len(row):
+            ids[i, width - len(row) :] = torch.as_tensor(row, dtype=torch.long)
+            attn[i, width - len(row) :] = 1
+    return ids, attn
+
+
+def collate_scoring(
+    prompts: Sequence[Sequence[int]],
+    actions: Sequence[Sequence[int]],
+    allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    pad_id: int = 0,
+) -> ScoreInputs:
+    """Build ``ScoreInputs`` from ragged prompt / action id lists (B rows)."""
+    keys = [(*p, *a[:-1]) for p, a in zip(prompts, actions, strict=True)]
+    index: dict[tuple[int, ...], int] = {}
+    context = torch.tensor([index.setdefault(k, len(index)) for k in keys], dtype=torch.long)
+    input_ids, attn = left_pad(list(index), pad_id)
+    act = right_align(actions, max(1, max(map(len, actions)))).long()
+    lengths = torch.tensor([len(a) for a in actions])
+    cols = torch.arange(act.shape[1])
+    act_mask = cols[None, :] >= act.shape[1] - lengths[:, None]
+    act = act.masked_fill(~act_mask, pad_id)
+    return ScoreInputs(
+        input_ids, attn, context, act, act_mask, _collate_allowed(allowed, len(keys), act.shape[1])
+    )
+
+
+def _collate_allowed(allowed, n: int, a_width: int) -> torch.Tensor | None:
+    if allowed is None or all(x is None for x in allowed):
+        return None
+    k = max((len(ids) for rows in allowed if rows for ids in rows), default=1)
+    out = torch.full((n, a_width, k), -1, dtype=torch.long)
+    for i, rows in enumerate(allowed):
+        if rows is None:  # unrestricted row: all -1
+            continue
+        off = a_width - len(rows)
+        for j, ids in enumerate(rows):
+            out[i, off + j, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    return out
+
+
+@dataclass
+class Minibatch:
+    """A collated slice: model inputs plus per-token old log-probs and advantages (B, A)."""
+
+    inputs: ScoreInputs
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    flags: dict[str, torch.Tensor] = field(default_factory=dict)
+    ref_logprobs: torch.Tensor | None = None
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return self.inputs.action_mask
+
+
+@dataclass
+class TokenBatch:
+    """N steps ready for the loss. ``flags`` hold per-row arrays (N,), e.g. ``off_policy``."""
+
+    prompt_ids: list[list[int]]
+    action_ids: list[list[int]]
+    old_logprobs: list[list[float]]
+    advantages: np.ndarray
+    allowed: list[list[list[int]] | None]
+    flags: dict[str, np.ndarray] = field(default_factory=dict)
+    ref_logprobs: list[list[float]] | None = None
+    pad_id: int = 0
+
+    @classmethod
+    def from_episodes(
+        cls, episodes: Sequence[Episode], advantages: np.ndarray, pad_id: int = 0
+    ) -> TokenBatch:
+        """Rows in episode order (the order of `to_step_batch`); advantages (N,)."""
+        steps = [s for e in episodes for s in e.steps]
+        if len(steps) != len(advantages):
+            raise ValueError(f"{len(advantages)} advantages for {len(steps)} steps")
+        source = np.fromiter((e.source for e in episodes for _ in e.steps), np.int64, len(steps))
+        return cls(
+            prompt_ids=[s.prompt_ids for s in steps],
+            action_ids=[s.action_ids for s in steps],
+            old_logprobs=[s.logprobs for s in steps],
+            advantages=np.asarray(advantages, dtype=np.float64),
+            allowed=[s.allowed for s in steps],
+            flags={"off_policy": source == 1},
+            pad_id=pad_id,
+        )
+
+    def __len__(self) -> int:
+        return len(self.action_ids)
+
+    def minibatch(self, idx: np.ndarray) -> Minibatch:
+        """Collate rows ``idx`` into tensors."""
+        inputs = collate_scoring(
+            [self.prompt_ids[i] for i in idx],
+            [self.action_ids[i] for i in idx],
+            [self.allowed[i] for i in idx],
+            pad_id=self.pad_id,
+        )
+        width = inputs.actions.shape[1]
+        mask = inputs.action_mask
+        adv = torch.as_tensor(self.advantages[idx], dtype=torch.float32)[:, None] * mask
+        ref = None
+        if self.ref_logprobs is not None:
+            ref = right_align([self.ref_logprobs[i] for i in idx], width)
+        return Minibatch(
+            inputs=inputs,
+            old_logprobs=right_align([self.old_logprobs[i] for i in idx], width),
+            advantages=adv,
+            flags={k: torch.as_tensor(v[idx]) for k, v in self.flags.items()},
+            ref_logprobs=ref,
+        )

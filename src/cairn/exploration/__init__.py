@@ -1,0 +1,1 @@
+"""Exploration methods: memory (EMPO2), strategies (SGE), variants (LADDER), self-search."""

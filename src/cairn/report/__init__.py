@@ -1,0 +1,1 @@
+"""Reports: plots of a run and of a comparison over seeds."""

@@ -1,0 +1,1 @@
+"""Reward functions added to env rewards: shaped, intrinsic and information-gain rewards."""

@@ -1,0 +1,134 @@
+"""Group rollout: G episodes per task instance (same seed, same initial state), B instances.
+
+All live episodes advance together: each turn builds every active episode's prompt,
+samples all actions in one batched `generate` call, then steps each env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from cairn.agent import PromptBuilder, parse_action
+from cairn.data.episode import Episode, Step
+from cairn.envs import TextEnv
+from cairn.policies.hf import HFPolicy
+
+__all__ = ["EnvPool", "RolloutSettings", "rollout", "tasks_for_groups"]
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How actions are sampled and what an invalid one costs."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    stop: tuple[str, ...] = ()
+    restrict_to_admissible: bool = False
+    greedy: bool = False
+    max_turns: int | None = None
+    invalid_penalty: float = 0.1
+    action_pattern: str | None = None
+
+
+class EnvPool:
+    """Env instances reused across iterations (an env may hold a process, e.g. a JVM)."""
+
+    def __init__(self, factory: Callable[[], TextEnv]):
+        self.factory = factory
+        self.envs: list[TextEnv] = []
+
+    def take(self, n: int) -> list[TextEnv]:
+        while len(self.envs) < n:
+            self.envs.append(self.factory())
+        return self.envs[:n]
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+        self.envs = []
+
+
+def tasks_for_groups(seeds: Sequence[int], group_size: int) -> list[tuple[int, int]]:
+    """(group id, env seed) for every episode: ``group_size`` copies of each seed."""
+    return [(g, int(seed)) for g, seed in enumerate(seeds) for _ in range(group_size)]
+
+
+def rollout(
+    policy: HFPolicy,
+    envs: Sequence[TextEnv],
+    tasks: Sequence[tuple[int, int]],
+    prompt: PromptBuilder,
+    settings: RolloutSettings,
+    generator: torch.Generator | None = None,
+    first_episode_id: int = 0,
+) -> list[Episode]:
+    """Run one episode per task ``(group, seed)`` on ``envs[i]``; returns them in task order."""
+    if len(envs) < len(tasks):
+        raise ValueError(f"rollout needs {len(tasks)} envs, got {len(envs)}")
+    episodes = [
+        Episode(id=first_episode_id + i, group=g, task=seed) for i, (g, seed) in enumerate(tasks)
+    ]
+    state = [env.reset(seed=seed) for env, (_, seed) in zip(envs, tasks, strict=False)]
+    active = list(range(len(tasks)))
+    while active:
+        texts = [
+            prompt.build(
+                envs[i].instruction,
+                [(s.observation, s.action) for s in episodes[i].steps],
+                state[i][0],
+            )
+            for i in active
+        ]
+        prompt_ids = [policy.encode(text) for text in texts]
+        choices = [state[i][1].get("admissible") for i in active]
+        gens = policy.generate(
+            prompt_ids,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_new_tokens=settings.max_new_tokens,
+            stop=settings.stop,
+            choices=choices if settings.restrict_to_admissible else None,
+            greedy=settings.greedy,
+            generator=generator,
+        )
+        still = []
+        for i, ids, gen in zip(active, prompt_ids, gens, strict=True):
+            if _advance(envs[i], episodes[i], state, i, ids, gen, settings):
+                still.append(i)
+        active = still
+    return episodes
+
+
+def _advance(env, episode, state, i, prompt_ids, gen, settings: RolloutSettings) -> bool:
+    """Apply one sampled action; returns whether the episode goes on."""
+    obs, info = state[i]
+    action = parse_action(gen.text, settings.action_pattern) or ""
+    next_obs, reward, terminated, truncated, next_info = env.step(action)
+    valid = bool(next_info.get("valid", True))
+    episode.steps.append(
+        Step(
+            t=len(episode.steps),
+            observation=obs,
+            anchor=info.get("anchor", obs),
+            action=action,
+            completion=gen.text,
+            reward=float(reward),
+            valid=valid,
+            penalty=0.0 if valid else settings.invalid_penalty,
+            prompt_ids=prompt_ids,
+            action_ids=gen.token_ids,
+            logprobs=gen.logprobs,
+            allowed=gen.allowed,
+        )
+    )
+    state[i] = (next_obs, next_info)
+    out_of_turns = settings.max_turns is not None and len(episode.steps) >= settings.max_turns
+    if terminated or truncated or out_of_turns:
+        episode.success = bool(next_info.get("success", False))
+        episode.terminated, episode.truncated = bool(terminated), not terminated
+        return False
+    return True

@@ -1,0 +1,266 @@
+"""Run configuration: validated sections with defaults and one help string per key.
+
+The defaults are the demo: GiGPO on the demo preset's sokoban with the tiny model, the
+job `cairn train` runs with no argument (`configs/sokoban_gigpo.yaml` spells it out).
+A bad key or value fails at load time with the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = ["Config", "ConfigError", "apply_overrides", "describe", "load_config"]
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the offending key, its value and what is allowed."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EnvConfig(_Section):
+    name: str = Field("sokoban", description="Registered env name (cairn.envs.available()).")
+    options: dict[str, Any] = Field(
+        default_factory=lambda: {
+            "size": 6,
+            "num_boxes": 1,
+            "max_steps": 15,
+            "render": "compact",
+            "max_solution": 5,
+        },
+        description="Keyword options of the env constructor.",
+    )
+
+    @model_validator(mode="after")
+    def _check_env(self) -> EnvConfig:
+        from cairn.envs import validate_options
+
+        validate_options(self.name, self.options)
+        return self
+
+
+class ModelConfig(_Section):
+    path: str | None = Field(
+        None, description="Local Hugging Face model directory; null builds the tiny default."
+    )
+    arch: Literal["llama", "qwen2"] = Field("llama", description="Tiny default architecture.")
+    hidden_size: int = Field(64, gt=0, description="Tiny default: hidden width.")
+    layers: int = Field(2, gt=0, description="Tiny default: decoder layers.")
+    heads: int = Field(4, gt=0, description="Tiny default: attention heads.")
+    intermediate_size: int = Field(128, gt=0, description="Tiny default: MLP width.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Parameter dtype."
+    )
+    device: str = Field("cpu", description="torch device for the policy.")
+
+
+class AgentConfig(_Section):
+    instruction: str | None = Field(
+        None, description="Task instruction at the top of the prompt; null uses the env's."
+    )
+    history: int = Field(0, ge=0, description="Earlier turns (observation, action) shown.")
+    invalid_penalty: float = Field(
+        0.1, ge=0, description="Subtracted from the reward of an invalid action."
+    )
+    action_pattern: str | None = Field(
+        None, description="Regex with one group extracting the action from the completion."
+    )
+
+    @field_validator("action_pattern")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None and re.compile(v).groups != 1:
+            raise ValueError(f"action_pattern {v!r} must have exactly one group")
+        return v
+
+
+class RolloutConfig(_Section):
+    strategy: str = Field("group", description="Rollout strategy: 'group'.")
+    groups: int = Field(32, gt=0, description="B: task instances per iteration.")
+    group_size: int = Field(8, gt=0, description="G: episodes per task instance.")
+    max_turns: int | None = Field(None, gt=0, description="Turn cap; null leaves it to the env.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(16, gt=0, description="Token cap per action.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings.")
+    restrict_to_admissible: bool = Field(
+        True, description="Decode only the env's admissible actions (where it lists them)."
+    )
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, v: str) -> str:
+        if v not in ("group",):
+            raise ValueError(f"unknown rollout strategy {v!r}; allowed: group")
+        return v
+
+
+class AdvantageConfig(_Section):
+    name: str = Field("gigpo", description="Advantage estimator (cairn.advantages.available()).")
+    options: dict[str, Any] = Field(
+        default_factory=lambda: {"gamma": 0.9}, description="Keyword options of the estimator."
+    )
+
+    @model_validator(mode="after")
+    def _check_estimator(self) -> AdvantageConfig:
+        from cairn.advantages import validate_options
+
+        validate_options(self.name, self.options)
+        return self
+
+
+class LossSection(_Section):
+    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO lower clip eps_low.")
+    clip_high: float = Field(0.2, ge=0, description="PPO upper clip eps_high (DAPO: 0.28).")
+    dual_clip: float | None = Field(None, gt=1, description="Dual-clip c for A < 0 (3..10).")
+    kl_coef: float = Field(0.0, ge=0, description="KL-to-reference coefficient (0: no ref).")
+    kl_kind: Literal["k1", "k2", "k3", "low_var_kl", "abs"] = Field(
+        "k3", description="KL estimator."
+    )
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+    agg: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = Field("token-mean", description="Loss aggregation mode.")
+    norm_len: int | None = Field(
+        None, gt=0, description="Constant length for seq-mean-token-sum-norm."
+    )
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate.")
+    epochs: int = Field(4, gt=0, description="PPO epochs over each iteration's batch.")
+    minibatch_size: int = Field(512, gt=0, description="Steps per gradient update.")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+
+
+class TrainConfig(_Section):
+    iterations: int = Field(1000, gt=0, description="Maximum training iterations.")
+    time_budget_s: float | None = Field(
+        300.0, gt=0, description="Stop after this many seconds of training (eval excluded)."
+    )
+    max_episodes: int | None = Field(None, gt=0, description="Stop after this many episodes.")
+    threads: int | None = Field(None, gt=0, description="torch CPU threads; null = all cores.")
+
+
+class EvalConfig(_Section):
+    every: int = Field(5, ge=0, description="Greedy evaluation every N iterations (0: only end).")
+    episodes: int = Field(200, gt=0, description="Held-out task instances per evaluation.")
+    seed_offset: int = Field(
+        1_000_000_000, ge=0, description="Held-out seeds are seed_offset + i (train seeds lower)."
+    )
+    at_start: bool = Field(True, description="Evaluate the untrained policy first.")
+    target: float = Field(0.8, ge=0, le=1, description="Success target for episodes-to-target.")
+
+
+class LogConfig(_Section):
+    trajectories_every: int = Field(1, ge=0, description="Dump trajectories every N iterations.")
+    trajectory_groups: int = Field(4, ge=0, description="Groups dumped per iteration.")
+    progress: bool | None = Field(None, description="Live progress; null = when a terminal.")
+
+
+class CheckpointConfig(_Section):
+    every: int = Field(1, gt=0, description="Checkpoint every N iterations.")
+    keep: int = Field(2, gt=0, description="Checkpoints kept on disk (the newest).")
+
+
+class Config(_Section):
+    name: str = Field("sokoban_gigpo", description="Run name prefix.")
+    seed: int = Field(0, ge=0, description="Master seed (model init, tasks, sampling).")
+    out_dir: str = Field("runs", description="Parent directory of run directories.")
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    loss: LossSection = Field(default_factory=LossSection)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+
+# -- loading ----------------------------------------------------------------------------------
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` strings (values parsed as YAML) to a nested dict in place."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        parts = key.strip().split(".")
+        node = data
+        for p in parts[:-1]:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: {p!r} is not a section")
+            node = child
+        node[parts[-1]] = yaml.safe_load(raw)
+    return data
+
+
+def _format(err: ValidationError, data: dict[str, Any]) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            section = _section_at(e["loc"][:-1])
+            allowed = ", ".join(section.model_fields) if section else "?"
+            lines.append(f"unknown key {loc!r} (value {e['input']!r}); allowed here: {allowed}")
+        else:
+            value = e.get("input")
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"{loc or '(top level)'} = {value!r}: {msg}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _section_at(loc: tuple) -> type[BaseModel] | None:
+    model: type[BaseModel] = Config
+    for p in loc:
+        field = model.model_fields.get(str(p))
+        ann = field.annotation if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults <- YAML file <- ``--set`` overrides, validated. Raises ConfigError."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top")
+    apply_overrides(data, overrides or [])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format(err, data)) from None
+    except (ValueError, ImportError) as err:  # raised by registry checks outside pydantic
+        raise ConfigError(f"invalid config: {err}") from None
+
+
+def describe(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(key, default, help) for every leaf key, for `cairn train --help-config`."""
+    rows = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows += describe(ann, f"{prefix}{name}.")
+        else:
+            default = field.get_default(call_default_factory=True)
+            rows.append((f"{prefix}{name}", default, field.description or ""))
+    return rows

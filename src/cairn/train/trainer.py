@@ -1,0 +1,346 @@
+"""The training loop. One iteration, top to bottom:
+
+    rollout   -> B task instances x G episodes with the current policy
+    score     -> the step table (StepBatch) of those episodes
+    advantage -> cairn.advantages.estimate(name, batch, **options), one value per step
+    loss      -> PPO epochs over shuffled minibatches of the token batch
+    log       -> metrics.jsonl, trajectories, live line; greedy eval; checkpoint
+
+Nothing here knows a specific estimator, env or strategy: they come by name from the
+config. Everything random is drawn from generators whose states are checkpointed, so a
+resumed run repeats an uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from cairn.advantages import estimate_parts
+from cairn.agent import PromptBuilder
+from cairn.data.episode import Episode, to_records, to_step_batch
+from cairn.data.tokens import TokenBatch
+from cairn.envs import make
+from cairn.losses import LossConfig, policy_loss
+from cairn.policies import build_policy
+from cairn.rollout.group import EnvPool, RolloutSettings, rollout, tasks_for_groups
+from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
+from cairn.train.config import Config
+from cairn.train.runlog import RunLog
+
+__all__ = ["Trainer", "episode_stats", "new_run_dir"]
+
+TRAIN_SEED_RANGE = 1_000_000_000  # train seeds are drawn below it, eval seeds start at it
+
+
+def new_run_dir(cfg: Config) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(cfg.out_dir) / f"{cfg.name}-s{cfg.seed}-{stamp}"
+    path, k = base, 1
+    while path.exists():
+        path, k = Path(f"{base}-{k}"), k + 1
+    return path
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
+        self.cfg, self.dir = cfg, Path(run_dir)
+        torch.set_num_threads(cfg.train.threads or os.cpu_count() or 1)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ckpt = latest_checkpoint(self.dir) if resume else None
+        if resume and ckpt is None:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.dir}")
+        (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+
+        env_factory = lambda: make(cfg.env.name, **cfg.env.options)  # noqa: E731
+        self.train_envs, self.eval_envs = EnvPool(env_factory), EnvPool(env_factory)
+        probe = self.train_envs.take(1)[0]
+        probe.reset(seed=0)
+        self.instruction = cfg.agent.instruction
+        self.policy = build_policy(
+            cfg.model, probe, self.instruction or probe.instruction, cfg.seed, ckpt
+        )
+        chat = (
+            self.policy.tokenizer if getattr(self.policy.tokenizer, "chat_template", None) else None
+        )
+        self.prompt = PromptBuilder(history=cfg.agent.history, chat_template=chat)
+        self.ref_model = copy.deepcopy(self.policy.model).eval() if cfg.loss.kl_coef > 0 else None
+        if self.ref_model is not None:
+            self.ref_model.requires_grad_(False)
+        self.opt = torch.optim.AdamW(
+            self.policy.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+        )
+        self.loss_cfg = LossConfig(**cfg.loss.model_dump())
+        self.sampling = RolloutSettings(
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            stop=tuple(cfg.rollout.stop),
+            restrict_to_admissible=cfg.rollout.restrict_to_admissible,
+            max_turns=cfg.rollout.max_turns,
+            invalid_penalty=cfg.agent.invalid_penalty,
+            action_pattern=cfg.agent.action_pattern,
+        )
+        # Random streams: tasks, minibatch order, token sampling (all checkpointed).
+        self.task_rng = np.random.default_rng([cfg.seed, 1])
+        self.shuffle_rng = np.random.default_rng([cfg.seed, 2])
+        self.sample_gen = torch.Generator().manual_seed(cfg.seed * 7919 + 3)
+        self.iteration, self.episodes, self.train_seconds = 0, 0, 0.0
+        self.evals: list[dict[str, Any]] = []
+        self.log = RunLog(self.dir, cfg.log.progress)
+        if ckpt is not None:
+            self._restore(ckpt)
+
+    # ------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        cfg, start = self.cfg, time.time()
+        if self.iteration == 0 and cfg.eval.at_start and not self.evals:
+            self._record_eval(0, self.evaluate())
+        while not self._done():
+            self.iteration += 1
+            row = self.train_iteration()
+            if self._eval_due():
+                row.update(self._record_eval(self.iteration, self.evaluate()))
+            self.log.metrics(row)
+            self.log.line(row, self._budget_text())
+            if self.iteration % cfg.checkpoint.every == 0 or self._done():
+                self._save()
+        summary = self._summary(time.time() - start)
+        self._finish(summary)
+        return summary
+
+    def train_iteration(self) -> dict[str, Any]:
+        cfg, t0 = self.cfg, time.perf_counter()
+        # --- rollout -------------------------------------------------------------------------
+        seeds = self.task_rng.integers(0, TRAIN_SEED_RANGE, size=cfg.rollout.groups)
+        tasks = tasks_for_groups(seeds, cfg.rollout.group_size)
+        episodes = rollout(
+            self.policy,
+            self.train_envs.take(len(tasks)),
+            tasks,
+            self.prompt,
+            self.sampling,
+            generator=self.sample_gen,
+            first_episode_id=self.episodes,
+        )
+        t1 = time.perf_counter()
+        # --- score: one row per step ---------------------------------------------------------
+        batch = to_step_batch(episodes)
+        # --- advantage -----------------------------------------------------------------------
+        adv, parts = estimate_parts(cfg.advantage.name, batch, **cfg.advantage.options)
+        t2 = time.perf_counter()
+        # --- loss and update -----------------------------------------------------------------
+        tokens = TokenBatch.from_episodes(episodes, adv, pad_id=self.policy.pad_id)
+        if self.ref_model is not None:
+            tokens.ref_logprobs = self._ref_logprobs(tokens)
+        actor = self.update(tokens)
+        t3 = time.perf_counter()
+        # --- log -----------------------------------------------------------------------------
+        self.episodes += len(episodes)
+        self.train_seconds += t3 - t0
+        if cfg.log.trajectories_every and self.iteration % cfg.log.trajectories_every == 0:
+            self._dump(episodes, adv, parts)
+        return {
+            "iteration": self.iteration,
+            "episodes": self.episodes,
+            "steps": len(batch),
+            **episode_stats(episodes, "rollout"),
+            "adv/mean": float(adv.mean()),
+            "adv/std": float(adv.std()),
+            "adv/abs_max": float(np.abs(adv).max()),
+            **actor,
+            "time/rollout": t1 - t0,
+            "time/advantage": t2 - t1,
+            "time/update": t3 - t2,
+            "time/iteration": t3 - t0,
+            "time/train_seconds": self.train_seconds,
+        }
+
+    def update(self, tokens: TokenBatch) -> dict[str, float]:
+        """PPO epochs over near-equal minibatches; returns the mean of each loss metric."""
+        cfg, model = self.cfg, self.policy.model
+        model.train()
+        n = len(tokens)
+        chunks = max(1, round(n / cfg.optim.minibatch_size))
+        sums: dict[str, list[float]] = defaultdict(list)
+        for _ in range(cfg.optim.epochs):
+            for idx in np.array_split(self.shuffle_rng.permutation(n), chunks):
+                mb = tokens.minibatch(idx)
+                logp, entropy = self.policy.score(mb.inputs, cfg.rollout.temperature)
+                loss, metrics = policy_loss(
+                    logp,
+                    mb.old_logprobs,
+                    mb.advantages,
+                    mb.mask,
+                    config=self.loss_cfg,
+                    entropy=entropy,
+                    ref_logp=mb.ref_logprobs,
+                    off_policy=mb.flags.get("off_policy"),
+                )
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.optim.max_grad_norm is not None:
+                    norm = torch.nn.utils.clip_grad_norm_(
+                        model.parameters(), cfg.optim.max_grad_norm
+                    )
+                    metrics["actor/grad_norm"] = float(norm)
+                self.opt.step()
+                metrics["actor/loss"] = float(loss.detach())
+                for k, v in metrics.items():
+                    sums[k].append(v)
+        return {k: float(np.mean(v)) for k, v in sums.items()}
+
+    @torch.no_grad()
+    def _ref_logprobs(self, tokens: TokenBatch) -> list[list[float]]:
+        ref = copy.copy(self.policy)
+        ref.model = self.ref_model
+        out: list[list[float]] = []
+        for idx in np.array_split(np.arange(len(tokens)), max(1, len(tokens) // 1024)):
+            mb = tokens.minibatch(idx)
+            logp, _ = ref.score(mb.inputs, self.cfg.rollout.temperature, with_entropy=False)
+            for row, i in enumerate(idx):
+                k = len(tokens.action_ids[i])
+                out.append(logp[row, logp.shape[1] - k :].tolist() if k else [])
+        return out
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Greedy episodes on held-out seeds (``eval.seed_offset + i``)."""
+        cfg = self.cfg
+        seeds = cfg.eval.seed_offset + np.arange(cfg.eval.episodes)
+        tasks = tasks_for_groups(seeds, 1)
+        settings = RolloutSettings(**{**self.sampling.__dict__, "greedy": True})
+        episodes = rollout(
+            self.policy, self.eval_envs.take(len(tasks)), tasks, self.prompt, settings
+        )
+        return episode_stats(episodes, "eval")
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _done(self) -> bool:
+        t = self.cfg.train
+        return (
+            self.iteration >= t.iterations
+            or (t.time_budget_s is not None and self.train_seconds >= t.time_budget_s)
+            or (t.max_episodes is not None and self.episodes >= t.max_episodes)
+        )
+
+    def _eval_due(self) -> bool:
+        every = self.cfg.eval.every
+        return self._done() or (every > 0 and self.iteration % every == 0)
+
+    def _record_eval(self, iteration: int, stats: dict[str, float]) -> dict[str, float]:
+        self.evals.append(
+            {
+                "iteration": iteration,
+                "episodes": self.episodes,
+                "train_seconds": self.train_seconds,
+                **stats,
+            }
+        )
+        if iteration == 0:
+            self.log.say(f"untrained greedy success {stats['eval/success']:.3f}")
+        return stats
+
+    def _budget_text(self) -> str:
+        t = self.cfg.train
+        if t.time_budget_s is not None:
+            return f"{self.train_seconds:.0f}/{t.time_budget_s:.0f}s"
+        return f"{self.iteration}/{t.iterations} it"
+
+    def _dump(self, episodes: list[Episode], adv: np.ndarray, parts: dict[str, np.ndarray]):
+        groups = sorted({e.group for e in episodes})[: self.cfg.log.trajectory_groups]
+        keep = np.array([e.group in groups for e in episodes for _ in e.steps], dtype=bool)
+        chosen = [e for e in episodes if e.group in groups]
+        per_step = {"advantage": adv[keep], **{k: v[keep] for k, v in parts.items()}}
+        self.log.trajectories(self.iteration, to_records(chosen, **per_step))
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "episodes": self.episodes,
+            "train_seconds": self.train_seconds,
+            "evals": self.evals,
+            "optimizer": self.opt.state_dict(),
+            "task_rng": self.task_rng.bit_generator.state,
+            "shuffle_rng": self.shuffle_rng.bit_generator.state,
+            "sample_gen": self.sample_gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
+        }
+
+    def _save(self) -> None:
+        save_checkpoint(
+            self.dir,
+            self.iteration,
+            self.policy.model,
+            self.policy.tokenizer,
+            self._state(),
+            keep=self.cfg.checkpoint.keep,
+        )
+
+    def _restore(self, ckpt: Path) -> None:
+        state = load_state(ckpt)
+        self.iteration, self.episodes = state["iteration"], state["episodes"]
+        self.train_seconds, self.evals = state["train_seconds"], state["evals"]
+        self.opt.load_state_dict(state["optimizer"])
+        self.task_rng.bit_generator.state = state["task_rng"]
+        self.shuffle_rng.bit_generator.state = state["shuffle_rng"]
+        self.sample_gen.set_state(state["sample_gen"])
+        torch.set_rng_state(state["torch_rng"])
+        if self.ref_model is not None and state["ref_model"] is not None:
+            self.ref_model.load_state_dict(state["ref_model"])
+        self.log.truncate_after(self.iteration)
+        self.log.say(f"resumed from {ckpt.name} (iteration {self.iteration})")
+
+    def _summary(self, wall: float) -> dict[str, Any]:
+        target = self.cfg.eval.target
+        first = self.evals[0] if self.evals and self.evals[0]["iteration"] == 0 else None
+        hit = next((e for e in self.evals if e["eval/success"] >= target), None)
+        last = self.evals[-1] if self.evals else {}
+        return {
+            "name": self.cfg.name,
+            "run_dir": str(self.dir),
+            "iterations": self.iteration,
+            "episodes": self.episodes,
+            "train_seconds": round(self.train_seconds, 2),
+            "wall_seconds": round(wall, 2),
+            "untrained_success": first["eval/success"] if first else None,
+            "eval_success": last.get("eval/success"),
+            "eval_return": last.get("eval/return"),
+            "best_eval_success": max((e["eval/success"] for e in self.evals), default=None),
+            "target": target,
+            "episodes_to_target": hit["episodes"] if hit else None,
+            "seconds_to_target": round(hit["train_seconds"], 2) if hit else None,
+            "evals": self.evals,
+        }
+
+    def _finish(self, summary: dict[str, Any]) -> None:
+        from cairn.report.plots import plot_run
+
+        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        try:
+            plot_run(self.dir)
+        except Exception as err:  # a plot never fails a finished run
+            self.log.say(f"[yellow]plotting failed: {err}[/yellow]")
+        self.train_envs.close()
+        self.eval_envs.close()
+
+
+def episode_stats(episodes: list[Episode], prefix: str) -> dict[str, float]:
+    steps = sum(len(e.steps) for e in episodes)
+    return {
+        f"{prefix}/success": float(np.mean([e.success for e in episodes])),
+        f"{prefix}/return": float(np.mean([e.ret for e in episodes])),
+        f"{prefix}/length": steps / max(1, len(episodes)),
+        f"{prefix}/invalid_rate": sum(e.invalid for e in episodes) / max(1, steps),
+    }

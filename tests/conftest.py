@@ -1,0 +1,23 @@
+"""Shared fixtures: a tiny policy on the compact sokoban, built in milliseconds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cairn.envs import make
+from cairn.policies import HFPolicy, local_tokenizer
+from cairn.policies.tiny import build_tiny_model, tiny_config
+
+
+@pytest.fixture(scope="session")
+def compact_env():
+    return make("sokoban", render="compact", max_solution=5)
+
+
+@pytest.fixture(params=["llama", "qwen2"])
+def tiny_policy(request, compact_env) -> HFPolicy:
+    torch.manual_seed(0)
+    tok = local_tokenizer(compact_env, compact_env.instruction)
+    config = tiny_config(len(tok), arch=request.param, pad_token_id=0, eos_token_id=2)
+    return HFPolicy(build_tiny_model(config, seed=0), tok)

@@ -1,0 +1,68 @@
+"""Token batch collation: left-padded inputs, right-aligned actions."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cairn.data.episode import Episode, Step
+from cairn.data.tokens import TokenBatch, collate_scoring
+
+
+def test_collate_layout():
+    # Contexts are prompt + action minus its last token: [5, 6, 7] and [8, 2].
+    inp = collate_scoring([[5, 6, 7], [8]], [[1], [2, 3]], pad_id=0)
+    assert inp.input_ids.tolist() == [[5, 6, 7], [0, 8, 2]]
+    assert inp.attention_mask.tolist() == [[1, 1, 1], [0, 1, 1]]
+    assert inp.context.tolist() == [0, 1]
+    assert inp.actions.tolist() == [[0, 1], [2, 3]]
+    assert inp.action_mask.tolist() == [[False, True], [True, True]]
+    assert inp.allowed is None
+
+
+def test_rows_sharing_a_context_share_one_forward_row():
+    # Rows 0, 2 and 3 act from the same prompt with one-token actions: one context.
+    inp = collate_scoring([[5, 6], [7], [5, 6], [5, 6]], [[1], [1], [2], [3]])
+    assert inp.input_ids.shape[0] == 2
+    assert inp.context.tolist() == [0, 1, 0, 0]
+    assert inp.actions[:, -1].tolist() == [1, 1, 2, 3]
+
+
+def test_collate_allowed_pads_with_minus_one():
+    inp = collate_scoring([[5], [6]], [[1], [2, 3]], [[[1, 4]], None])
+    assert inp.allowed.shape == (2, 2, 2)
+    assert inp.allowed[0].tolist() == [[-1, -1], [1, 4]]
+    assert (inp.allowed[1] == -1).all()  # unrestricted row
+
+
+def test_minibatch_aligns_old_logprobs_and_advantages():
+    steps = [
+        Step(
+            t=0,
+            observation="o",
+            anchor="o",
+            action="a",
+            completion="a",
+            reward=0.0,
+            prompt_ids=[5, 6],
+            action_ids=[1, 2],
+            logprobs=[-0.1, -0.2],
+        ),
+        Step(
+            t=1,
+            observation="o",
+            anchor="o",
+            action="b",
+            completion="b",
+            reward=1.0,
+            prompt_ids=[5],
+            action_ids=[3],
+            logprobs=[-0.3],
+        ),
+    ]
+    ep = Episode(id=0, group=0, task=0, steps=steps, source=1)
+    tb = TokenBatch.from_episodes([ep], np.array([2.0, -1.0]))
+    mb = tb.minibatch(np.array([1, 0]))
+    torch.testing.assert_close(mb.old_logprobs, torch.tensor([[0.0, -0.3], [-0.1, -0.2]]))
+    torch.testing.assert_close(mb.advantages, torch.tensor([[0.0, -1.0], [2.0, 2.0]]))
+    assert mb.flags["off_policy"].tolist() == [True, True]

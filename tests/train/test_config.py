@@ -1,0 +1,79 @@
+"""Config loading: defaults, presets, overrides and the errors a user sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cairn.train.config import Config, ConfigError, apply_overrides, describe, load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_defaults_are_the_gigpo_preset():
+    preset = load_config(CONFIGS / "sokoban_gigpo.yaml")
+    assert preset == Config()
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_preset_loads(path):
+    cfg = load_config(path)
+    assert cfg.name == path.stem
+
+
+def test_overrides_parse_yaml_values_and_nest():
+    cfg = load_config(
+        None, ["rollout.group_size=4", "env.options.max_steps=20", "loss.dual_clip=3"]
+    )
+    assert cfg.rollout.group_size == 4
+    assert cfg.env.options["max_steps"] == 20
+    assert cfg.loss.dual_clip == 3.0
+
+
+@pytest.mark.parametrize(
+    ("override", "needles"),
+    [
+        ("rollout.grup_size=4", ["rollout.grup_size", "group_size"]),
+        ("rollout.group_size=0", ["rollout.group_size", "0", "greater than 0"]),
+        ("loss.agg=sum", ["loss.agg", "'sum'", "token-mean"]),
+        ("advantage.name=nope", ["'nope'", "gigpo"]),
+        ("advantage.options.gamma=2", ["gamma", "2"]),
+        ("advantage.options.gama=0.9", ["gama", "gamma"]),
+        ("env.name=chess", ["'chess'", "sokoban"]),
+        ("env.options.colour=red", ["colour", "max_steps"]),
+        ("agent.action_pattern=(a)(b)", ["action_pattern", "one group"]),
+        ("train.threads=-1", ["train.threads", "-1"]),
+    ],
+)
+def test_bad_values_name_the_key_the_value_and_what_is_allowed(override, needles):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    for needle in needles:
+        assert needle in str(err.value), (needle, str(err.value))
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(tmp_path / "list.yaml")
+    (tmp_path / "broken.yaml").write_text("a: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "broken.yaml")
+
+
+def test_override_syntax_errors():
+    with pytest.raises(ConfigError, match="key=value"):
+        apply_overrides({}, ["rollout.group_size"])
+    with pytest.raises(ConfigError, match="not a section"):
+        apply_overrides({"seed": 1}, ["seed.x=1"])
+
+
+def test_every_key_has_help():
+    rows = describe()
+    assert len(rows) > 40
+    assert all(help_ for key, _, help_ in rows if not key.endswith("options")), [
+        key for key, _, h in rows if not h
+    ]

@@ -7,6 +7,7 @@ in every leaf and each row's ``path`` the tree node that generated it.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -115,3 +116,25 @@ def relabel(batch: StepBatch, offset: int) -> StepBatch:
     cols["group"] = cols["group"] + offset
     cols["episode"] = cols["episode"] + offset
     return StepBatch(cols)
+
+
+def from_episodes(*episodes: dict[str, Any], shuffle_seed: int | None = 0) -> StepBatch:
+    """A batch from per-episode specs: ``dict(group=g, reward=[...], anchor=[...], ...)``.
+
+    Episode ids are 100, 101, ... in the given order; list-valued keys are per step; other
+    keys (e.g. ``success``, a leaf ``path`` given as a tuple) repeat on every step. Rows are
+    shuffled (seeded) unless ``shuffle_seed`` is None, so the worked examples also exercise
+    order independence.
+    """
+    cols: dict[str, list[Any]] = defaultdict(list)
+    for e, spec in enumerate(episodes):
+        T = len(spec["reward"])
+        cols["group"] += [spec["group"]] * T
+        cols["episode"] += [100 + e] * T
+        cols["t"] += list(range(T))
+        cols["anchor"] += spec.get("anchor", [f"e{e} t{t}" for t in range(T)])
+        for key, value in spec.items():
+            if key not in ("group", "anchor"):
+                cols[key] += value if isinstance(value, list) else [value] * T
+    rng = np.random.default_rng(shuffle_seed)
+    return _finish(dict(cols), rng, shuffle_seed is not None)

@@ -20,7 +20,7 @@ from cairn.train.config import ConfigError, describe, load_config
 
 __all__ = ["main"]
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from cairn.agent import TEMPLATE_WORDS
 from cairn.envs import TextEnv
@@ -39,13 +40,18 @@ def build_policy(
     cfg: Any, env: TextEnv, instruction: str, seed: int, checkpoint: Path | None = None
 ) -> HFPolicy:
     """The policy of a run: from ``checkpoint`` when given, else from ``cfg`` (ModelConfig)."""
+    hf_logging.disable_progress_bar()
     dtype = _DTYPES[cfg.dtype]
+    # The tiny default runs eager attention (fastest for short CPU sequences); a resumed
+    # run must use the same kernels as the run it continues, or its numbers drift.
+    attn = cfg.attn_implementation or ("eager" if cfg.path is None else None)
     source = checkpoint or (Path(cfg.path) if cfg.path else None)
     if source is not None:
         if not source.exists():
             raise FileNotFoundError(f"model path {str(source)!r} does not exist")
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        extra = {"attn_implementation": attn} if attn else {}
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     else:
         tokenizer = local_tokenizer(env, instruction)
         config = tiny_config(
@@ -57,6 +63,7 @@ def build_policy(
             intermediate_size=cfg.intermediate_size,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
+            attn_implementation=attn,
         )
         model = build_tiny_model(config, seed).to(dtype)
     if tokenizer.pad_token_id is None:

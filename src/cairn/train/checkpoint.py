@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers.utils import logging as hf_logging
 
 __all__ = ["latest_checkpoint", "load_state", "save_checkpoint"]
 
@@ -36,6 +37,7 @@ def save_checkpoint(
     name = f"iter_{iteration:06d}"
     final, tmp = root / name, root / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar every iteration
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     torch.save(state, tmp / STATE_FILE)

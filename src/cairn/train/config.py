@@ -59,6 +59,9 @@ class ModelConfig(_Section):
         "float32", description="Parameter dtype."
     )
     device: str = Field("cpu", description="torch device for the policy.")
+    attn_implementation: str | None = Field(
+        None, description="eager / sdpa / flash_attention_2; null: eager for the tiny default."
+    )
 
 
 class AgentConfig(_Section):

@@ -43,7 +43,7 @@ class RunLog:
         self.traj_dir = run_dir / "trajectories"
         self.traj_dir.mkdir(parents=True, exist_ok=True)
         live = sys.stdout.isatty() if progress is None else progress
-        self.console = Console(highlight=False, force_terminal=live or None)
+        self.console = Console(highlight=False, force_terminal=live or None, soft_wrap=True)
 
     def truncate_after(self, iteration: int) -> None:
         """Forget metrics and trajectories of iterations after ``iteration`` (resume)."""

@@ -1,0 +1,86 @@
+"""End-to-end training on CPU: a short run, its run directory, and exact resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cairn.train.checkpoint import latest_checkpoint
+from cairn.train.config import load_config
+from cairn.train.runlog import read_metrics
+from cairn.train.trainer import Trainer
+
+SMALL = [
+    "rollout.groups=4",
+    "rollout.group_size=4",
+    "optim.minibatch_size=32",
+    "optim.epochs=2",
+    "eval.episodes=8",
+    "eval.every=2",
+    "train.time_budget_s=null",
+    "train.threads=1",
+    "log.progress=false",
+]
+
+
+def _cfg(tmp_path, *extra: str):
+    return load_config(None, [*SMALL, f"out_dir={tmp_path}", *extra])
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Equal metrics apart from timings."""
+    strip = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}  # noqa: E731
+    return strip(a) == strip(b)
+
+
+def test_short_run_writes_the_run_directory(tmp_path):
+    run = tmp_path / "run"
+    summary = Trainer(_cfg(tmp_path, "train.iterations=3"), run).run()
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "curves.png"):
+        assert (run / name).exists(), name
+    rows = read_metrics(run)
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert rows[-1]["episodes"] == 3 * 16 and summary["episodes"] == 48
+    assert {"rollout/success", "actor/clipfrac", "actor/entropy", "adv/mean"} <= set(rows[0])
+    saved = json.loads((run / "summary.json").read_text())
+    for key in ("untrained_success", "eval_success", "wall_seconds", "train_seconds"):
+        assert saved[key] is not None, key
+    assert latest_checkpoint(run).name == "iter_000003"
+    assert len(list((run / "trajectories").glob("iter_*.jsonl.gz"))) == 3
+
+
+def test_resume_repeats_an_uninterrupted_run_exactly(tmp_path):
+    full = tmp_path / "full"
+    Trainer(_cfg(tmp_path, "train.iterations=3"), full).run()
+    part = tmp_path / "part"
+    Trainer(_cfg(tmp_path, "train.iterations=2"), part).run()
+    Trainer(_cfg(tmp_path, "train.iterations=3"), part, resume=True).run()
+    a, b = read_metrics(full), read_metrics(part)
+    assert [r["iteration"] for r in b] == [1, 2, 3]
+    assert all(_same(x, y) for x, y in zip(a, b, strict=True)), (a[-1], b[-1])
+
+
+def test_resume_after_a_kill_mid_iteration_drops_the_unfinished_rows(tmp_path):
+    run = tmp_path / "run"
+    Trainer(_cfg(tmp_path, "train.iterations=2", "checkpoint.every=1"), run).run()
+    # Simulate a kill after iteration 3's metrics line but before its checkpoint.
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"iteration": 3, "episodes": 999}) + "\n")
+    Trainer(_cfg(tmp_path, "train.iterations=3"), run, resume=True).run()
+    rows = read_metrics(run)
+    assert [r["iteration"] for r in rows] == [1, 2, 3] and rows[-1]["episodes"] == 48
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Trainer(_cfg(tmp_path), tmp_path / "empty", resume=True)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "gigpo"])
+def test_each_estimator_trains(tmp_path, estimator):
+    cfg = _cfg(
+        tmp_path, "train.iterations=1", f"advantage.name={estimator}", "advantage.options={}"
+    )
+    summary = Trainer(cfg, tmp_path / estimator).run()
+    assert summary["iterations"] == 1

@@ -1,0 +1,319 @@
+"""ScienceWorld (Wang et al. 2022, arXiv 2203.07540) behind the cairn env contract.
+
+30 elementary-science tasks (boil water, find a living thing, grow a plant, ...) in a
+text simulator written in Scala; each task has many *variations* (objects, rooms,
+substances), which the package splits into train / dev / test sets. EMPO2
+(arXiv 2602.23008) trains on a few variations and tests on unseen ones: ``variations=``
+gives such an explicit list, ``split=`` uses the package's own sets. ``reset(seed)`` picks
+``pool[seed % len(pool)]`` from the chosen variations, so a seed always means the same
+initial state.
+
+Fast path. ``scienceworld.ScienceWorldEnv.step`` asks the simulator for every valid
+action-object combination after each move (hundreds to thousands of strings, 27-250 ms a
+step). This class launches the package's jar itself and talks to its py4j
+``PythonInterface`` object (what ``ScienceWorldEnv.server`` wraps), calling only ``step``,
+``getScore`` and ``getCompleted`` per move (2-3 ms for simple moves on an idle core); the
+admissible actions are computed only when asked for (``admissible=True`` or
+:meth:`ScienceWorld.admissible_actions`). One JVM per env object, started on the first
+reset, reused across resets and stopped by :meth:`close` (or at interpreter exit).
+
+Determinism. Loading a variation reseeds the simulator, but objects with the same name
+sit in hash sets keyed by the JVM's random identity hash codes, so their listing order,
+and which one "0" picks in a disambiguation question, change from load to load (three
+"wood cup" lines in the art studio). ``deterministic=True`` (the default) starts the JVM
+with constant identity hashes, which makes those sets iterate in insertion order: the
+same seed and actions then give the same text and state, even across processes, at a
+cost of roughly a third of the step speed.
+
+Rewards are score deltas: the simulator's score is in [-1, 1] (shown to people as
+-100..100); ``raw_score=False`` gives deltas of score/100 rounded to whole points,
+``raw_score=True`` the point deltas. A score of 100 is success; a negative score is the
+task's failure state (e.g. focusing on the wrong object), which ends the episode.
+
+Validity: an input the parser cannot match ("No known action matches that input.") or an
+unintelligible answer to a disambiguation question ("Unknown action. ...") is
+``valid=False``; the simulator leaves the world unchanged (tested). An ambiguous input is
+valid: the game asks which object was meant and the next action answers with its number.
+For invalid steps ``info["anchor"]`` stays the anchor of the unchanged state.
+
+Snapshot/restore: the simulator has no state copy, so the generic replay of the action
+prefix from the reset seed is used (deterministic: each load reseeds the simulator).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import subprocess
+import weakref
+from collections.abc import Sequence
+from numbers import Integral
+from typing import Any
+
+from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
+from scienceworld.utils import infer_task
+
+from cairn.envs._common import EpisodeClock, check_choice, check_int
+from cairn.envs.base import StepResult, TextEnv
+
+__all__ = ["SIMPLIFICATIONS", "SPLITS", "TASKS", "ScienceWorld", "resolve_task"]
+
+#: Task names in the package's order (index i of ``task=i``).
+TASKS: tuple[str, ...] = tuple(ID2TASK.values())
+#: Variation sets of the package.
+SPLITS: tuple[str, ...] = ("train", "dev", "test")
+#: Simplifications the simulator accepts ("easy" turns on all but noElectricalAction's check).
+SIMPLIFICATIONS: tuple[str, ...] = (
+    "teleportAction",
+    "selfWateringFlowerPots",
+    "openContainers",
+    "openDoors",
+    "noElectricalAction",
+    "easy",
+)
+_INVALID_PREFIXES = ("No known action matches that input.", "Unknown action.")
+_FIRST_ACTION = "look around"  # the package's own reset ends with this move
+# Identity hash codes all 1: the simulator's hash sets then iterate in insertion order, so
+# same-named objects are listed (and numbered in disambiguation questions) the same way
+# after every load; with the JVM's default random hashes "0" can pick a different cup.
+_DETERMINISTIC_JAVA_OPTS = ("-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2")
+
+
+def resolve_task(task: str | int) -> str:
+    """Canonical task name from a name, a paper id like ``"1-1"``, or an index into TASKS."""
+    if isinstance(task, Integral) and not isinstance(task, bool):
+        return TASKS[check_int("task", int(task), 0, len(TASKS) - 1)]
+    if not isinstance(task, str):
+        raise ValueError(f"task must be a task name or an index, got {task!r}")
+    name = infer_task(task)
+    if name not in TASKS:
+        raise ValueError(f"unknown task {task!r}; allowed: indices 0-29 or {', '.join(TASKS)}")
+    return name
+
+
+def _check_simplifications(value: str | Sequence[str], task: str) -> str:
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+    elif isinstance(value, list | tuple) and all(isinstance(p, str) for p in value):
+        parts = [p.strip() for p in value]
+    else:
+        raise ValueError(
+            f"simplifications must be a comma-separated str or a list of str, got {value!r}"
+        )
+    for part in parts:
+        check_choice("simplifications", part, SIMPLIFICATIONS)
+    if "noElectricalAction" in parts and ("power-component" in task or "conductivity" in task):
+        raise ValueError(
+            f"simplification 'noElectricalAction' is not allowed for task {task!r}, "
+            "which needs electrical actions"
+        )
+    return ",".join(parts)
+
+
+def _check_variations(value: Sequence[int] | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple | range) or len(value) == 0:
+        raise ValueError(f"variations must be None or a non-empty list of ints, got {value!r}")
+    return tuple(check_int("variations[i]", v, 0) for v in value)
+
+
+class ScienceWorld(TextEnv):
+    """One ScienceWorld task; each reset loads one of its variations.
+
+    Options:
+        task: task name (``"boil"``, ``"1-1"``, ``"Matter Changes of State (Boiling)"``) or
+            index into :data:`TASKS` (0-29).
+        split: ``"train"``, ``"dev"`` or ``"test"``: the package's variation sets.
+        variations: explicit variation indices (EMPO2 style, e.g. ``[0, 1, 2, 3, 4]``);
+            when given, ``split`` is not used.
+        simplifications: comma-separated names from :data:`SIMPLIFICATIONS`, or a list.
+        admissible: put the admissible actions in every ``info`` (about 0.1 s a step).
+        raw_score: rewards in points (0-100) instead of score fractions (0-1).
+        deterministic: run the JVM with constant identity hashes so that a seed and an action
+            sequence always give the same text and the same state (see the module notes;
+            costs some speed). False: the package's default JVM.
+        max_steps: steps (valid or not) before truncation.
+    """
+
+    def __init__(
+        self,
+        task: str | int = "boil",
+        split: str = "train",
+        variations: Sequence[int] | None = None,
+        simplifications: str | Sequence[str] = "",
+        admissible: bool = False,
+        raw_score: bool = False,
+        deterministic: bool = True,
+        max_steps: int = 100,
+    ) -> None:
+        super().__init__()
+        self.task = resolve_task(task)
+        self.split = check_choice("split", split, SPLITS)
+        self.variations = _check_variations(variations)
+        self.simplifications = _check_simplifications(simplifications, self.task)
+        flags = {"admissible": admissible, "raw_score": raw_score, "deterministic": deterministic}
+        for name, flag in flags.items():
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        self.admissible, self.raw_score = admissible, raw_score
+        self.deterministic = deterministic
+        self._clock = EpisodeClock("scienceworld", check_int("max_steps", max_steps, 1))
+        self._gateway: JavaGateway | None = None
+        self._entry: Any = None
+        self._stop: weakref.finalize | None = None
+        self._pool: tuple[int, ...] | None = None
+        self._gold: dict[tuple[str, int, str], tuple[str, ...]] = {}
+        self.variation: int | None = None
+        self._points = 0  # current score in points, -100..100
+        self._anchor = ""
+        self._admissible: list[str] | None = None
+
+    # -- episode -------------------------------------------------------------------------
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if seed is None:
+            seed = self._seed = random.randrange(2**31)
+        elif isinstance(seed, bool) or not isinstance(seed, Integral):
+            raise ValueError(f"seed must be an int or None, got {seed!r}")
+        pool = self._variation_pool()
+        self.variation = pool[int(seed) % len(pool)]
+        obs = self._load(self.variation, gold=False)
+        self.instruction = self._server().getTaskDescription()
+        self._points = self._read_points()
+        self._clock.start()
+        self._anchor, self._admissible = obs, None
+        return obs, self._info(valid=True)
+
+    def _step(self, action: str) -> StepResult:
+        truncated = self._clock.tick()
+        server = self._server()
+        obs = server.step(action.strip())
+        valid = not obs.startswith(_INVALID_PREFIXES)
+        points = self._read_points()
+        reward = float(points - self._points) * (1.0 if self.raw_score else 0.01)
+        self._points = points
+        terminated = bool(server.getCompleted()) or points < 0
+        self._clock.done = terminated or truncated
+        if valid:
+            self._anchor, self._admissible = obs, None
+        return obs, reward, terminated, truncated and not terminated, self._info(valid=valid)
+
+    def _info(self, valid: bool) -> dict[str, Any]:
+        return {
+            "anchor": self._anchor,
+            "valid": valid,
+            "success": self._clock.done and self._points >= 100,
+            "admissible": self.admissible_actions() if self.admissible else None,
+            "score": self._points if self.raw_score else self._points / 100,
+            "variation": self.variation,
+            "steps": self._clock.steps,
+        }
+
+    # -- extra queries ---------------------------------------------------------------------
+    def admissible_actions(self) -> list[str]:
+        """The valid action strings in the current state, sorted (about 0.1 s; cached)."""
+        if self._admissible is None:
+            self._require_episode()
+            self._admissible = sorted(set(self._server().getValidActionObjectCombinations()))
+        return list(self._admissible)
+
+    def gold_actions(self) -> list[str]:
+        """The simulator's gold action sequence from this episode's initial state.
+
+        Generating it reloads the task; the current state is then rebuilt by replaying this
+        episode's actions, so the episode continues unchanged.
+        """
+        self._require_episode()
+        assert self.variation is not None
+        key = (self.task, self.variation, self.simplifications)
+        if key not in self._gold:
+            self._load(self.variation, gold=True)
+            self._gold[key] = tuple(self._server().getGoldActionSequence())
+            self._load(self.variation, gold=False)
+            for action in self._actions:
+                self._server().step(action.strip())
+        return list(self._gold[key])
+
+    def task_variations(self) -> tuple[int, ...]:
+        """The variation indices that ``reset`` draws from (``variations`` or ``split``)."""
+        return self._variation_pool()
+
+    # -- JVM -----------------------------------------------------------------------------------
+    def _server(self) -> Any:
+        """The py4j proxy of the simulator's ``PythonInterface`` (starts the JVM once)."""
+        if self._gateway is None:
+            self._gateway = _start_jvm(self.deterministic)
+            # runs at close() or, at the latest, at interpreter exit (before module teardown)
+            self._stop = weakref.finalize(self, _stop_jvm, self._gateway)
+            self._entry = self._gateway.jvm.scienceworld.runtime.pythonapi.PythonInterface()
+        return self._entry
+
+    def _load(self, variation: int, gold: bool) -> str:
+        error = self._server().load(self.task, variation, self.simplifications, gold)
+        if error:
+            raise ValueError(f"scienceworld could not load {self.task!r} #{variation}: {error}")
+        return self._server().step(_FIRST_ACTION)
+
+    def _read_points(self) -> int:
+        return round(100 * self._server().getScore())
+
+    def _variation_pool(self) -> tuple[int, ...]:
+        if self._pool is None:
+            server = self._server()
+            self._load(0, gold=False)  # the split getters need a loaded task
+            if self.variations is None:
+                getter = {"train": "getVariationsTrain", "dev": "getVariationsDev"}.get(
+                    self.split, "getVariationsTest"
+                )
+                self._pool = tuple(int(v) for v in getattr(server, getter)())
+            else:
+                total = int(server.getTaskMaxVariations(self.task))
+                bad = [v for v in self.variations if v >= total]
+                if bad:
+                    raise ValueError(
+                        f"variations {bad} out of range for task {self.task!r}: "
+                        f"it has variations 0-{total - 1}"
+                    )
+                self._pool = self.variations
+        return self._pool
+
+    def _require_episode(self) -> None:
+        if not self._clock.started:
+            raise RuntimeError("scienceworld: call reset() first")
+
+    def close(self) -> None:
+        """Stop the JVM (waits for it to exit; kills it after 5 s). Safe to call twice."""
+        if self._stop is not None:
+            self._stop()
+        self._gateway, self._entry, self._stop = None, None, None
+        self._clock.started = False
+
+
+def _start_jvm(deterministic: bool) -> JavaGateway:
+    """Launch the simulator's JVM (it exits when this process does) and connect to it."""
+    port, process = launch_gateway(
+        classpath=JAR_PATH,
+        javaopts=list(_DETERMINISTIC_JAVA_OPTS if deterministic else ()),
+        die_on_exit=True,
+        cwd=BASEPATH,
+        return_proc=True,
+    )
+    params = GatewayParameters(port=port, auto_field=True)
+    return JavaGateway(gateway_parameters=params, java_process=process)
+
+
+def _stop_jvm(gateway: JavaGateway) -> None:
+    """Shut the py4j gateway down and make sure the java process has exited."""
+    process = gateway.java_process
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    if process.poll() is None:  # die_on_exit: the JVM quits when its stdin gets a line
+        with contextlib.suppress(OSError):
+            process.stdin.write(b"\n")
+            process.stdin.flush()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

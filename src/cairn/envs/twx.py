@@ -1,0 +1,229 @@
+"""TextWorld-Express (Jansen & Côté 2022, arXiv 2208.01174) behind the cairn env contract.
+
+A fast re-implementation of TextWorld-style games in Scala: cooking (``cookingworld``),
+coin collection (``coin``), map reading (``mapreader``), arithmetic, sorting, TextWorld
+Commonsense (``twc``) and two memory games. Each game takes a parameter string
+(``"numLocations=5,includeDoors=0"``) and a seed; the package splits seeds into train /
+dev / test sets and ``reset(seed)`` plays ``split_seeds[seed % len(split_seeds)]``.
+
+Every step returns the valid actions for free (``validActions``), so ``info["admissible"]``
+is always filled (sorted: the simulator's order varies). An action that is not one of them
+(after lower-casing and collapsing spaces) is ``valid=False`` and is *not* sent to the
+game, so the state cannot change. Reward is the score delta (score in [0, 1], or the raw
+points with ``raw_score=True``); success is the game's ``tasksuccess`` flag.
+
+Speed: this class launches the package's jar itself and calls ``stepJSON`` on its py4j
+``PythonInterface`` once per step (the package's wrapper adds a second round trip for the
+task description and a history copy). Snapshot/restore is the generic replay from the
+seed: a new game costs about a millisecond and a step a fraction of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import re
+import subprocess
+import weakref
+from collections.abc import Mapping
+from numbers import Integral
+from typing import Any
+
+from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+from textworld_express.constants import BASEPATH, GAME_NAMES, JAR_PATH
+
+from cairn.envs._common import EpisodeClock, check_choice, check_int
+from cairn.envs.base import StepResult, TextEnv
+
+__all__ = ["GAMES", "SPLITS", "TextWorldExpress", "format_game_params"]
+
+#: Game names the package knows.
+GAMES: tuple[str, ...] = tuple(GAME_NAMES)
+#: Seed sets of the package.
+SPLITS: tuple[str, ...] = ("train", "dev", "test")
+INVALID_OBSERVATION = "Invalid action: it is not one of the admissible actions."
+_PARAM = re.compile(r"^[A-Za-z][A-Za-z0-9]*=-?\d+$")
+_SEED_GETTERS = {"train": "getSeedsTrain", "dev": "getSeedsDev", "test": "getSeedsTest"}
+
+
+def format_game_params(params: str | Mapping[str, int]) -> str:
+    """``"k=v,k=v"`` from a string of that form or a ``{name: int}`` mapping (checked)."""
+    if isinstance(params, Mapping):
+        items = []
+        for key, value in params.items():
+            check_int(f"game_params[{key!r}]", value, -(2**31))
+            items.append(f"{key}={value}")
+    elif isinstance(params, str):
+        items = [p.strip() for p in params.split(",") if p.strip()]
+    else:
+        raise ValueError(f"game_params must be a str or a mapping, got {params!r}")
+    for item in items:
+        if not _PARAM.match(item):
+            raise ValueError(
+                f"game_params item {item!r} must look like name=integer, e.g. 'numLocations=5'"
+            )
+    return ",".join(items)
+
+
+def normalize_action(action: str) -> str:
+    """Lower-case with single spaces: the form the game's valid actions take."""
+    return " ".join(action.lower().split())
+
+
+class TextWorldExpress(TextEnv):
+    """One TextWorld-Express game; each reset generates the game of one split seed.
+
+    Options:
+        game: one of :data:`GAMES`.
+        game_params: the game's parameter string (``"numLocations=5,includeDoors=0"``) or a
+            mapping; names are checked by the simulator at the first reset.
+        split: ``"train"``, ``"dev"`` or ``"test"`` seed set.
+        raw_score: rewards in the game's points instead of score fractions (0-1).
+        max_steps: steps (valid or not) before truncation.
+    """
+
+    def __init__(
+        self,
+        game: str = "coin",
+        game_params: str | Mapping[str, int] = "",
+        split: str = "train",
+        raw_score: bool = False,
+        max_steps: int = 50,
+    ) -> None:
+        super().__init__()
+        self.game = check_choice("game", game, GAMES)
+        self.game_params = format_game_params(game_params)
+        self.split = check_choice("split", split, SPLITS)
+        if not isinstance(raw_score, bool):
+            raise ValueError(f"raw_score must be True or False, got {raw_score!r}")
+        self.raw_score = raw_score
+        self._clock = EpisodeClock("twx", check_int("max_steps", max_steps, 1))
+        self._gateway: JavaGateway | None = None
+        self._entry: Any = None
+        self._stop: weakref.finalize | None = None
+        self._seeds: tuple[int, ...] | None = None
+        self.game_seed: int | None = None
+        self._state: dict[str, Any] = {}
+        self._anchor = ""
+        self._gold: dict[int, tuple[str, ...]] = {}
+
+    # -- episode -------------------------------------------------------------------------
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if seed is None:
+            seed = self._seed = random.randrange(2**31)
+        elif isinstance(seed, bool) or not isinstance(seed, Integral):
+            raise ValueError(f"seed must be an int or None, got {seed!r}")
+        seeds = self._split_seeds()
+        self.game_seed = seeds[int(seed) % len(seeds)]
+        self._state = self._new_game(gold=False)
+        self.instruction = self._server().getTaskDescription()
+        self._clock.start()
+        self._anchor = self._state["observation"]
+        return self._anchor, self._info(valid=True)
+
+    def _step(self, action: str) -> StepResult:
+        truncated = self._clock.tick()
+        command = normalize_action(action)
+        if command not in self._state["validActions"]:
+            self._clock.done = truncated
+            return INVALID_OBSERVATION, 0.0, False, truncated, self._info(valid=False)
+        before = self._points(self._state)
+        self._state = json.loads(self._server().stepJSON(command))
+        reward = float(self._points(self._state) - before)
+        terminated = bool(self._state["tasksuccess"] or self._state["taskfailure"])
+        self._clock.done = terminated or truncated
+        self._anchor = self._state["observation"]
+        return self._anchor, reward, terminated, truncated and not terminated, self._info(True)
+
+    def _info(self, valid: bool) -> dict[str, Any]:
+        return {
+            "anchor": self._anchor,
+            "valid": valid,
+            "success": self._clock.done and bool(self._state["tasksuccess"]),
+            "admissible": sorted(self._state["validActions"]),
+            "score": self._points(self._state),
+            "game_seed": self.game_seed,
+            "steps": self._clock.steps,
+        }
+
+    def _points(self, state: dict[str, Any]) -> float:
+        return float(state["scoreRaw"] if self.raw_score else state["score"])
+
+    # -- extra queries ---------------------------------------------------------------------
+    def gold_actions(self) -> list[str]:
+        """A winning action sequence from this episode's initial state (the game's solver).
+
+        The solver explores at random, so two calls may give different (equally valid)
+        paths; the first one is cached per game seed. The current state is rebuilt by
+        replaying this episode's actions.
+        """
+        if not self._clock.started or self.game_seed is None:
+            raise RuntimeError("twx: call reset() first")
+        if self.game_seed not in self._gold:
+            self._new_game(gold=True)
+            self._gold[self.game_seed] = tuple(self._server().getGoldActionSequence())
+            self._new_game(gold=False)
+            for action in self._actions:
+                command = normalize_action(action)
+                if command in self._state["validActions"]:
+                    self._state = json.loads(self._server().stepJSON(command))
+        return list(self._gold[self.game_seed])
+
+    def split_seeds(self) -> tuple[int, ...]:
+        """The game seeds of ``split`` that ``reset`` draws from."""
+        return self._split_seeds()
+
+    # -- JVM -----------------------------------------------------------------------------------
+    def _server(self) -> Any:
+        """The py4j proxy of the simulator's ``PythonInterface``; loads the game once."""
+        if self._gateway is None:
+            self._gateway = _start_jvm()
+            self._stop = weakref.finalize(self, _stop_jvm, self._gateway)
+            self._entry = self._gateway.jvm.textworldexpress.runtime.PythonInterface()
+            error = self._entry.load(self.game, self.game_params)
+            if error:
+                self.close()
+                raise ValueError(f"twx game {self.game!r}, game_params: {error.strip()}")
+        return self._entry
+
+    def _new_game(self, gold: bool) -> dict[str, Any]:
+        return json.loads(self._server().generateNewGameJSON(self.game_seed, self.split, gold))
+
+    def _split_seeds(self) -> tuple[int, ...]:
+        if self._seeds is None:
+            getter = getattr(self._server(), _SEED_GETTERS[self.split])
+            self._seeds = tuple(int(s) for s in getter())
+        return self._seeds
+
+    def close(self) -> None:
+        """Stop the JVM (waits for it to exit; kills it after 5 s). Safe to call twice."""
+        if self._stop is not None:
+            self._stop()
+        self._gateway, self._entry, self._stop = None, None, None
+        self._clock.started = False
+
+
+def _start_jvm() -> JavaGateway:
+    """Launch the simulator's JVM (it exits when this process does) and connect to it."""
+    port, process = launch_gateway(
+        classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, return_proc=True
+    )
+    params = GatewayParameters(port=port, auto_field=True)
+    return JavaGateway(gateway_parameters=params, java_process=process)
+
+
+def _stop_jvm(gateway: JavaGateway) -> None:
+    """Shut the py4j gateway down and make sure the java process has exited."""
+    process = gateway.java_process
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    if process.poll() is None:  # die_on_exit: the JVM quits when its stdin gets a line
+        with contextlib.suppress(OSError):
+            process.stdin.write(b"\n")
+            process.stdin.flush()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -7,12 +7,10 @@ over those ids and are broadcast back to rows by indexing. Rows may come in any 
 
 Shapes: ``N`` rows (steps), ``E`` episodes, ``n`` segments of whatever key is grouped.
 
-Object keys are factorised by hashing (``hash`` per element, a C-level map), one sort of
-the 64-bit hashes, and a check that every row equals its id's representative; after a
-collision between unequal keys it falls back to an exact dict. Composite keys combine the
-columns' dense ids exactly. Keys equal under
+Object keys are factorised exactly with a dict built in C (``dict.fromkeys``, then a C-level
+lookup per row); composite keys combine the columns' dense ids exactly. Keys equal under
 Python ``==``/``hash`` (e.g. ``1`` and ``1.0``) are one key. ``benchmarks/advantages.py``
-compares this with dict-based factorisation and ``np.unique`` on fixed-width strings.
+compares this with hashing + sorting and with ``np.unique`` on fixed-width strings.
 """
 
 from __future__ import annotations
@@ -65,53 +63,47 @@ def _factorize_int(values: np.ndarray) -> tuple[np.ndarray, int]:
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64), 0
     lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 4 * len(values) + 1024:
+    if hi - lo > 8 * len(values) + 1024:
         codes, n, _ = _factorize_sorted(values.astype(np.int64, copy=False))
         return codes, n
     shifted = values.astype(np.int64) - lo
     present = np.zeros(hi - lo + 1, dtype=bool)
     present[shifted] = True
-    remap = np.cumsum(present) - 1
-    return remap[shifted], int(remap[-1]) + 1
-
-
-def _factorize_exact(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense ids without hashing shortcuts (the fallback after a hash collision)."""
-    if values.dtype.kind in "biu":
-        return _factorize_int(values)
-    if values.dtype.kind != "O":
-        uniq, codes = np.unique(values, return_inverse=True)
-        return codes.astype(np.int64).reshape(-1), len(uniq)
-    items = values.tolist()
-    first = dict.fromkeys(items)  # exact, first-occurrence order
-    ids = dict(zip(first, range(len(first)), strict=True))
-    return np.fromiter(map(ids.__getitem__, items), np.int64, len(items)), len(ids)
+    remap = np.cumsum(present, dtype=np.int32 if hi - lo < 2**31 - 1 else np.int64)
+    return remap[shifted].astype(np.int64) - 1, int(remap[-1])
 
 
 def _factorize_object(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Hashable objects -> dense ids: hash each, sort the hashes, verify against representatives."""
+    """Hashable objects -> dense ids in first-occurrence order, exactly (a dict).
+
+    ``dict.fromkeys`` hashes and dedups in one C loop; ``map(ids.__getitem__)`` is a C-level
+    lookup per row (str hashes are cached by then). Faster here than hashing + sorting +
+    verifying, and than ``np.unique`` on fixed-width strings (benchmarks/advantages.py).
+    """
+    items = values.tolist()
     try:
-        hashes = np.fromiter(map(hash, values), np.int64, len(values))
+        first = dict.fromkeys(items)
     except TypeError as err:
         raise ValueError(f"cannot group by unhashable values: {err}") from err
-    codes, n, reps = _factorize_sorted(hashes)
-    if np.all(values == values[reps][codes]):  # elementwise ==, per row against its id's rep
-        return codes, n
-    return _factorize_exact(values)  # two unequal keys shared a hash
+    ids = dict(zip(first, range(len(first)), strict=True))
+    return np.fromiter(map(ids.__getitem__, items), np.int64, len(items)), len(ids)
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense ids of a 1-D key column: ``(codes (N,) int64 in [0, n), n)``.
 
     Equal keys get equal ids. Integer/bool keys get ids in increasing value order; other
-    keys get ids in an unspecified (but deterministic) order.
+    keys get ids in an unspecified order (results never depend on the labels).
     """
     values = np.asarray(values)
     if values.ndim != 1:
         raise ValueError(f"factorize needs a 1-D column, got shape {values.shape}")
-    if values.dtype.kind == "O" and len(values):
+    if values.dtype.kind in "biu":
+        return _factorize_int(values)
+    if values.dtype.kind == "O":
         return _factorize_object(values)
-    return _factorize_exact(values)
+    uniq, codes = np.unique(values, return_inverse=True)
+    return codes.astype(np.int64).reshape(-1), len(uniq)
 
 
 def factorize_keys(*columns: np.ndarray) -> tuple[np.ndarray, int]:
@@ -197,6 +189,7 @@ class Episodes:
         length:    (E,) number of steps T of each episode
         start:     (E,) offset of each episode in the (episode, t)-sorted layout
         order:     (N,) row indices sorted by (episode, t); ``order[start[e] + t]`` is the row
+        ids:       (E,) the batch's episode id of each dense episode id (for messages)
     """
 
     row: np.ndarray
@@ -205,6 +198,7 @@ class Episodes:
     length: np.ndarray
     start: np.ndarray
     order: np.ndarray
+    ids: np.ndarray
     n: int
     n_groups: int
 
@@ -231,7 +225,8 @@ class Episodes:
             _raise_duplicate_turn(batch, pos)
         order = np.empty(len(pos), dtype=np.int64)
         order[pos] = np.arange(len(pos))
-        return cls(ep, grp, group, length, start, order, n_ep, n_grp)
+        ids = batch.episode[order[start]]
+        return cls(ep, grp, group, length, start, order, ids, n_ep, n_grp)
 
     def returns(self, reward: np.ndarray) -> np.ndarray:
         """Episode returns R = sum of the episode's rewards, (E,)."""
@@ -365,8 +360,8 @@ def leaf_paths(episodes: Episodes, paths: PathTable) -> np.ndarray:
     if len(bad):
         i = bad[0]
         raise ValueError(
-            f"row {i} (episode {episodes.row[i]}) has a path that is not a prefix of the path "
-            "on its episode's final step; rows of an episode must follow one root-to-leaf path"
+            f"row {i} (episode {episodes.ids[episodes.row[i]]}) has a path that is not a prefix "
+            "of the path on its episode's final step; an episode follows one root-to-leaf path"
         )
     return leaf
 
@@ -381,21 +376,27 @@ def check_tree(episodes: Episodes, paths: PathTable, leaf: np.ndarray) -> None:
     n_pre = paths.n_prefix
     full = episodes.group * n_pre + paths.prefix[leaf, paths.length[leaf]]  # (E,)
     ids, n = _factorize_int(full)
-    if np.any(segment_count(ids, n) > 1):
+    twins = np.flatnonzero(segment_count(ids, n)[ids] > 1)
+    if len(twins):
+        same = episodes.ids[ids == ids[twins[0]]].tolist()
         raise ValueError(
-            "two episodes of one group end at the same tree path; leaf paths must differ"
+            f"episodes {same} of one group end at the same tree path; leaf paths must differ "
+            "(give independent samples their own branch id)"
         )
     depth = paths.length[leaf]
     ep = np.repeat(np.arange(episodes.n), depth)  # (episode, d < depth) pairs
     d = np.arange(len(ep)) - np.repeat(np.cumsum(depth) - depth, depth)
     inner = episodes.group[ep] * n_pre + paths.prefix[leaf[ep], d]
-    if np.any(np.isin(inner, full)):
+    inside = np.flatnonzero(np.isin(full, inner))
+    if len(inside):
         raise ValueError(
-            "an episode ends at an inner node of its group's tree (its leaf path is a prefix "
-            "of another's); a trajectory that continues past a branch point needs its own id"
+            f"episode {episodes.ids[inside[0]]} ends at an inner node of its group's tree (its "
+            "leaf path is a prefix of another's); a trajectory that continues past a branch "
+            "point needs its own branch id"
         )
     row_len = paths.length[paths.code[episodes.order]]  # (N,) sorted by (episode, t)
-    shrinks = np.flatnonzero(np.diff(row_len) < 0)
-    not_boundary = np.isin(shrinks + 1, episodes.start, invert=True)
-    if np.any(not_boundary):
-        raise ValueError("a row's path is shorter than the path of the step before it")
+    shrinks = np.flatnonzero(np.diff(row_len) < 0) + 1  # sorted positions
+    shrinks = shrinks[np.isin(shrinks, episodes.start, invert=True)]  # not a new episode
+    if len(shrinks):
+        e = episodes.ids[episodes.row[episodes.order[shrinks[0]]]]
+        raise ValueError(f"in episode {e} a row's path is shorter than the path of the step before")

@@ -22,6 +22,8 @@ Parts: ``A_b``, ``A_t`` (N,). Loops over tree depth, vectorised over nodes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from cairn.advantages._registry import WEIGHT, register
@@ -41,21 +43,48 @@ from cairn.data import StepBatch
 __all__ = ["elpo"]
 
 
-def _node_values(
-    parent: np.ndarray, depth: np.ndarray, leaf_node: np.ndarray, R: np.ndarray
-) -> np.ndarray:
-    """V per node (n_nodes,): leaves from R, inner nodes the mean of their children, bottom-up."""
-    n_nodes = len(parent)
-    V = np.zeros(n_nodes)
-    V[leaf_node] = R
-    child = np.flatnonzero(parent >= 0)
-    n_children = segment_count(parent[child], n_nodes)
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        kids = child[depth[child] == d]
-        sums = segment_sum(V[kids], parent[kids], n_nodes)
-        inner = np.unique(parent[kids])
-        V[inner] = sums[inner] / n_children[inner]
-    return V
+@dataclass(frozen=True)
+class _Tree:
+    """Nodes of every group's tree, via the (episode, depth) pairs of root-to-leaf chains.
+
+    pair_ep (P,) episode of each pair; first (E,) offset of each episode's chain, so
+    ``node[first[e] + d]`` is episode e's ancestor at depth d; node (P,) dense node id;
+    parent (n_nodes,) parent node (-1 at a root); depth (n_nodes,).
+    """
+
+    pair_ep: np.ndarray
+    first: np.ndarray
+    node: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+
+    @classmethod
+    def of(cls, ep: Episodes, paths: PathTable, leaf: np.ndarray) -> _Tree:
+        L = paths.length[leaf]  # (E,)
+        first = np.cumsum(L + 1) - (L + 1)
+        pair_ep = np.repeat(np.arange(ep.n), L + 1)  # (P,)
+        pair_depth = np.arange(len(pair_ep)) - first[pair_ep]
+        node, n = factorize_keys(ep.group[pair_ep], paths.prefix[leaf[pair_ep], pair_depth])
+        depth = np.zeros(n, dtype=np.int64)
+        depth[node] = pair_depth
+        parent = np.full(n, -1, dtype=np.int64)
+        deep = np.flatnonzero(pair_depth > 0)
+        parent[node[deep]] = node[deep - 1]
+        return cls(pair_ep, first, node, parent, depth)
+
+    def values(self, leaf_node: np.ndarray, R: np.ndarray) -> np.ndarray:
+        """V (n_nodes,): a leaf's R, an inner node the mean of its children's V (bottom-up)."""
+        n = len(self.parent)
+        V = np.zeros(n)
+        V[leaf_node] = R
+        child = np.flatnonzero(self.parent >= 0)
+        n_children = segment_count(self.parent[child], n)
+        for d in range(int(self.depth.max(initial=0)), 0, -1):
+            kids = child[self.depth[child] == d]
+            sums = segment_sum(V[kids], self.parent[kids], n)
+            inner = np.flatnonzero((self.depth == d - 1) & (n_children > 0))
+            V[inner] = sums[inner] / n_children[inner]
+        return V
 
 
 def _elpo_parts(
@@ -67,25 +96,16 @@ def _elpo_parts(
     paths = PathTable.of(batch.path)
     leaf = leaf_paths(ep, paths)  # (E,)
     check_tree(ep, paths, leaf)
+    tree = _Tree.of(ep, paths, leaf)
+    n_nodes = len(tree.parent)
     R = ep.returns(batch.reward)  # (E,)
-    # (episode, depth) pairs: the chain of nodes from the root to each leaf
-    L = paths.length[leaf]  # (E,)
-    first = np.cumsum(L + 1) - (L + 1)  # (E,) offset of each episode's chain
-    pair_ep = np.repeat(np.arange(ep.n), L + 1)  # (P,)
-    pair_depth = np.arange(len(pair_ep)) - first[pair_ep]
-    node, n_nodes = factorize_keys(ep.group[pair_ep], paths.prefix[leaf[pair_ep], pair_depth])
-    depth = np.zeros(n_nodes, dtype=np.int64)
-    depth[node] = pair_depth
-    parent = np.full(n_nodes, -1, dtype=np.int64)
-    deep = np.flatnonzero(pair_depth > 0)
-    parent[node[deep]] = node[deep - 1]
-    V = _node_values(parent, depth, node[first + L], R)
-    child = np.flatnonzero(parent >= 0)
+    V = tree.values(tree.node[tree.first + paths.length[leaf]], R)  # (n_nodes,)
+    child = np.flatnonzero(tree.parent >= 0)
     A_b = np.zeros(n_nodes)
-    A_b[child] = normalize_in_segments(V[child], parent[child], n_nodes, "mean_std")
-    z = normalize_in_segments(R, ep.group, ep.n_groups, "mean_std")  # (E,)
-    A_t = segment_mean(z[pair_ep], node, n_nodes)
-    row_node = node[first[ep.row] + paths.length[paths.code]]  # (N,)
+    A_b[child] = normalize_in_segments(V[child], tree.parent[child], n_nodes, "mean_std")
+    z = normalize_in_segments(R, ep.group, ep.n_groups, "mean_std")  # (E,) leaf z-scores
+    A_t = segment_mean(z[tree.pair_ep], tree.node, n_nodes)  # mean over leaves below
+    row_node = tree.node[tree.first[ep.row] + paths.length[paths.code]]  # (N,)
     A_b, A_t = A_b[row_node], A_t[row_node]
     return branch_weight * A_b + traj_weight * A_t, {"A_b": A_b, "A_t": A_t}
 

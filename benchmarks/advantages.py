@@ -10,15 +10,17 @@ the leaf's own), so ``path`` is meaningful for treepo / arpo / elpo and harmless
 rest. Anchors are drawn (skewed) from 300 observation strings of ~150 characters per
 group, with every row holding its own string object, as rows built from env output do
 (so no hash is cached). The time of an estimator is the best of ``--repeat`` runs of
-``estimate(name, batch)`` with default options. The plain-loop reference (the per-row
-loops in tests/advantages/adv_reference.py) runs on a subset of whole groups and is
-extrapolated linearly in the number of groups (every reference is linear in groups).
+``estimate(name, batch)`` with default options, each on fresh anchor strings. The
+plain-loop reference (the per-row loops in tests/advantages/adv_reference.py) runs on a
+subset of whole groups, interleaved with the vectorised runs, and is extrapolated linearly
+in the number of groups (every reference is linear in groups).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import platform
 import sys
 import time
@@ -102,15 +104,25 @@ def _fresh_anchors(batch: StepBatch) -> np.ndarray:
     return out
 
 
-def best_of(fn: Callable[[StepBatch], Any], batch: StepBatch, repeat: int) -> float:
-    """Best time of ``fn(batch)``, each run on fresh anchor strings (no cached hashes)."""
-    times = []
-    for _ in range(repeat):
-        fresh = StepBatch({**batch.columns, "anchor": _fresh_anchors(batch)})
-        start = time.perf_counter()
-        fn(fresh)
-        times.append(time.perf_counter() - start)
-    return min(times)
+def _timed(fn: Callable[[StepBatch], Any], batch: StepBatch) -> float:
+    """Seconds of ``fn(batch)`` on fresh anchor strings (no hash cached by an earlier run)."""
+    fresh = StepBatch({**batch.columns, "anchor": _fresh_anchors(batch)})
+    start = time.perf_counter()
+    fn(fresh)
+    return time.perf_counter() - start
+
+
+def paired_best(
+    fast: Callable[[StepBatch], Any],
+    batch: StepBatch,
+    slow: Callable[[StepBatch], Any],
+    subset: StepBatch,
+    repeat: int,
+) -> tuple[float, float]:
+    """Best-of-``repeat`` times of ``fast(batch)`` and ``slow(subset)``, runs interleaved so
+    that load from other processes hits both alike."""
+    pairs = [(_timed(fast, batch), _timed(slow, subset)) for _ in range(repeat)]
+    return min(p[0] for p in pairs), min(p[1] for p in pairs)
 
 
 def factorisation_options(batch: StepBatch) -> list[tuple[str, float]]:
@@ -157,10 +169,12 @@ def run(rows: int, proxmo_rows: int, ref_groups: int, repeat: int) -> list[dict[
     for name in available():
         batch = small if name == "proxmo" else big
         n_groups = len(np.unique(batch.group))
-        seconds = best_of(lambda b, n=name: estimate(n, b), batch, repeat)
         k = min(ref_groups // (8 if name == "proxmo" else 1), n_groups)
         subset = batch.take(batch.group < k)
-        ref_seconds = best_of(ref.REFERENCES[name], subset, 1) * n_groups / k
+        seconds, ref_subset = paired_best(
+            lambda b, n=name: estimate(n, b), batch, ref.REFERENCES[name], subset, repeat
+        )
+        ref_seconds = ref_subset * n_groups / k
         target = TARGETS.get(name, 2.0)
         results.append(
             {
@@ -185,14 +199,21 @@ def run(rows: int, proxmo_rows: int, ref_groups: int, repeat: int) -> list[dict[
     return results
 
 
-def write_table(results: list[dict[str, Any]], factor: list[tuple[str, float]], rows: int) -> None:
+def write_table(
+    results: list[dict[str, Any]],
+    factor: list[tuple[str, float]],
+    rows: int,
+    repeat: int,
+    load: str,
+) -> None:
     lines = [
         "# Advantage estimators: speed",
         "",
         f"Recorded by `python benchmarks/advantages.py` on {platform.machine()}, "
         f"{platform.processor() or 'cpu'}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}; {time.strftime('%Y-%m-%d')}. The machine (2 cores) was shared "
-        "with other work, so times are the best of several runs.",
+        f"numpy {np.__version__}; {time.strftime('%Y-%m-%d')}, best of {repeat} interleaved runs "
+        f"(load average at the start: {load}). The machine (2 cores) was shared with other "
+        "work, so absolute times vary by up to 2x between runs; the speed-ups less so.",
         "",
         "Batch: groups of 8 episodes x 8 steps (binary rollout tree of depth 3 per group), "
         "anchors from 300 observation strings of ~150 characters, one str object per row. "
@@ -233,12 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = 20_000 if args.quick else args.rows
     proxmo_rows = 5_000 if args.quick else PROXMO_ROWS
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     results = run(rows, proxmo_rows, ref_groups=40 if args.quick else 400, repeat=args.repeat)
     factor = factorisation_options(make_batch(rows))
     for label, sec in factor:
         print(f"factorise anchors, {label}: {sec:.3f} s")
     if not args.quick:
-        write_table(results, factor, rows)
+        write_table(results, factor, rows, args.repeat, load)
     return 0 if all(r["ok"] for r in results) or args.quick else 1
 
 

@@ -36,6 +36,8 @@ import numpy as np
 from cairn.advantages._registry import DISCOUNT, NORM, WEIGHT, choice, real, register
 from cairn.advantages.grouping import (
     Episodes,
+    combine_ids,
+    factorize,
     factorize_keys,
     normalize_in_segments,
     segment_count,
@@ -73,7 +75,7 @@ def step_groups(
 ) -> tuple[np.ndarray, int]:
     """Anchor-state step groups: ``(ids (N,), n)``, rows of one group with an equal anchor
     (or, with ``similarity``, anchor texts in one greedy cluster)."""
-    ids, n = factorize_keys(ep.row_group, batch.anchor)
+    ids, n = combine_ids(ep.row_group, ep.n_groups, *factorize(batch.anchor))
     if similarity is None:
         return ids, n
     return _similar_clusters(batch, ep, ids, n, similarity)

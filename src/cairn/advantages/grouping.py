@@ -27,6 +27,7 @@ __all__ = [
     "Episodes",
     "PathTable",
     "check_tree",
+    "combine_ids",
     "factorize",
     "factorize_keys",
     "leaf_paths",
@@ -69,6 +70,8 @@ def _factorize_int(values: np.ndarray) -> tuple[np.ndarray, int]:
     shifted = values.astype(np.int64) - lo
     present = np.zeros(hi - lo + 1, dtype=bool)
     present[shifted] = True
+    if present.all():  # already dense up to an offset
+        return shifted, hi - lo + 1
     remap = np.cumsum(present, dtype=np.int32 if hi - lo < 2**31 - 1 else np.int64)
     return remap[shifted].astype(np.int64) - 1, int(remap[-1])
 
@@ -116,11 +119,15 @@ def factorize_keys(*columns: np.ndarray) -> tuple[np.ndarray, int]:
         raise ValueError("factorize_keys needs one or more columns of one length")
     codes, n = factorize(columns[0])
     for col in columns[1:]:
-        other, m = factorize(col)
-        if n * max(m, 1) >= 2**62:  # cannot happen for a batch that fits in memory
-            raise ValueError(f"composite key too large: {n} x {m} ids")
-        codes, n = _factorize_int(codes * m + other)
+        codes, n = combine_ids(codes, n, *factorize(col))
     return codes, n
+
+
+def combine_ids(a: np.ndarray, n_a: int, b: np.ndarray, n_b: int) -> tuple[np.ndarray, int]:
+    """Dense ids of the pairs (a, b) of two dense id columns (N,), e.g. (group, anchor)."""
+    if n_a * max(n_b, 1) >= 2**62:  # cannot happen for a batch that fits in memory
+        raise ValueError(f"composite key too large: {n_a} x {n_b} ids")
+    return _factorize_int(a * n_b + b)
 
 
 # ---------------------------------------------------------------- segment statistics
@@ -160,11 +167,14 @@ def normalize_in_segments(
     """
     if norm not in ("mean", "mean_std"):
         raise ValueError(f"norm must be 'mean' or 'mean_std', got {norm!r}")
-    mean = segment_mean(values, ids, n)
+    count = segment_count(ids, n)
+    mean = segment_sum(values, ids, n) / np.maximum(count, 1)
     out = values - mean[ids]
     if norm == "mean_std":
-        out = out / (segment_std(values, ids, n, mean)[ids] + eps)
-    return np.where(segment_count(ids, n)[ids] > 1, out, 0.0)
+        sq = segment_sum(np.square(out), ids, n)
+        std = np.sqrt(sq / np.maximum(count - 1, 1))
+        out = out / (std[ids] + eps)
+    return np.where(count[ids] > 1, out, 0.0)
 
 
 def whiten(values: np.ndarray, eps: float = EPS) -> np.ndarray:

@@ -1,8 +1,8 @@
 """GRPO and Dr.GRPO episode-level advantages.
 
-GRPO (DeepSeekMath, arXiv 2402.03300, eq. 3 / sec. 4.1.2, outcome supervision):
+GRPO (DeepSeekMath, arXiv 2402.03300, sec. 4.1.2, outcome supervision):
     A_i = (R_i - mean_{j in group}(R_j)) / (std_{j in group}(R_j) + eps)      norm="mean_std"
-Dr.GRPO (arXiv 2503.20783, sec. 3.1): no std division,
+Dr.GRPO (arXiv 2503.20783): no std division,
     A_i = R_i - mean_{j in group}(R_j)                                         norm="mean"
 
 R_i is the sum of episode i's step rewards; statistics are over the group's episodes, each

@@ -34,7 +34,7 @@ class Step:
     action_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     allowed: list[list[int]] | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, Any] = field(default_factory=dict)  # optional StepBatch columns
 
     @property
     def total_reward(self) -> float:
@@ -67,8 +67,20 @@ class Episode:
 
 
 def to_step_batch(episodes: Sequence[Episode], **extra: np.ndarray) -> StepBatch:
-    """One row per step, in episode order; ``extra`` adds optional columns (length N)."""
+    """One row per step, in episode order.
+
+    Optional columns come from the steps' ``columns`` dicts (a key must be on every step),
+    ``path`` from the episodes when any has one, and ``extra`` arrays (length N).
+    """
     rows = [(e, s) for e in episodes for s in e.steps]
+    keys = {k for _, s in rows for k in s.columns}
+    for k in keys:
+        missing = sum(k not in s.columns for _, s in rows)
+        if missing:
+            raise ValueError(f"step column {k!r} is missing on {missing} of {len(rows)} steps")
+        extra.setdefault(k, [s.columns[k] for _, s in rows])
+    if any(e.path for e in episodes):
+        extra.setdefault("path", [e.path for e, _ in rows])
     return StepBatch.from_columns(
         group=np.fromiter((e.group for e, _ in rows), np.int64, len(rows)),
         episode=np.fromiter((e.id for e, _ in rows), np.int64, len(rows)),

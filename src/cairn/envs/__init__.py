@@ -7,9 +7,9 @@ until it is asked for, and then fails with the name of the extra to install.
 from __future__ import annotations
 
 import importlib
-import inspect
 from typing import Any
 
+from cairn._options import check_options
 from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 
 __all__ = [
@@ -63,16 +63,7 @@ def env_class(name: str) -> type[TextEnv]:
 
 def validate_options(name: str, options: dict[str, Any]) -> None:
     """Raise ValueError naming any option that ``name``'s constructor does not take."""
-    params = inspect.signature(env_class(name).__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    allowed = [p for p in params if p != "self"]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ValueError(
-            f"env {name!r} has no option {', '.join(map(repr, unknown))}; "
-            f"allowed: {', '.join(allowed) or '(none)'}"
-        )
+    check_options(env_class(name).__init__, options, f"env {name!r}")
 
 
 def make(name: str, **options: Any) -> TextEnv:

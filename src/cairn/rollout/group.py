@@ -16,7 +16,7 @@ from cairn.data.episode import Episode, Step
 from cairn.envs import TextEnv
 from cairn.policies.hf import HFPolicy
 
-__all__ = ["EnvPool", "RolloutSettings", "rollout", "tasks_for_groups"]
+__all__ = ["EnvPool", "GroupStrategy", "RolloutSettings", "play", "rollout", "tasks_for_groups"]
 
 
 @dataclass(frozen=True)
@@ -72,19 +72,40 @@ def rollout(
     episodes = [
         Episode(id=first_episode_id + i, group=g, task=seed) for i, (g, seed) in enumerate(tasks)
     ]
-    state = [env.reset(seed=seed) for env, (_, seed) in zip(envs, tasks, strict=False)]
-    active = list(range(len(tasks)))
-    while active:
+    states = [env.reset(seed=seed) for env, (_, seed) in zip(envs, tasks, strict=False)]
+    play(policy, envs, episodes, states, prompt, settings, generator)
+    return episodes
+
+
+def play(
+    policy: HFPolicy,
+    envs: Sequence[TextEnv],
+    episodes: Sequence[Episode],
+    states: list[tuple[str, dict]],
+    prompt: PromptBuilder,
+    settings: RolloutSettings,
+    generator: torch.Generator | None = None,
+    turns: int | None = None,
+) -> list[int]:
+    """Advance ``episodes[i]`` on ``envs[i]`` from ``states[i]`` (its current (obs, info)).
+
+    Episodes may already hold steps (a branch continues its parent's prefix). Plays until
+    every episode ends, or for at most ``turns`` turns; ``states`` is updated in place.
+    Returns the indices of the episodes still running.
+    """
+    active = [i for i, e in enumerate(episodes) if not (e.terminated or e.truncated)]
+    played = 0
+    while active and (turns is None or played < turns):
         texts = [
             prompt.build(
                 envs[i].instruction,
                 [(s.observation, s.action) for s in episodes[i].steps],
-                state[i][0],
+                states[i][0],
             )
             for i in active
         ]
         prompt_ids = [policy.encode(text) for text in texts]
-        choices = [state[i][1].get("admissible") for i in active]
+        choices = [states[i][1].get("admissible") for i in active]
         gens = policy.generate(
             prompt_ids,
             temperature=settings.temperature,
@@ -97,10 +118,10 @@ def rollout(
         )
         still = []
         for i, ids, gen in zip(active, prompt_ids, gens, strict=True):
-            if _advance(envs[i], episodes[i], state, i, ids, gen, settings):
+            if _advance(envs[i], episodes[i], states, i, ids, gen, settings):
                 still.append(i)
-        active = still
-    return episodes
+        active, played = still, played + 1
+    return active
 
 
 def _advance(env, episode, state, i, prompt_ids, gen, settings: RolloutSettings) -> bool:
@@ -132,3 +153,19 @@ def _advance(env, episode, state, i, prompt_ids, gen, settings: RolloutSettings)
         episode.terminated, episode.truncated = bool(terminated), not terminated
         return False
     return True
+
+
+class GroupStrategy:
+    """``group``: G independent episodes per task instance (GRPO's sampling)."""
+
+    def collect(self, ctx, seeds: Sequence[int], group_size: int) -> list[Episode]:
+        tasks = tasks_for_groups(seeds, group_size)
+        return rollout(
+            ctx.policy,
+            ctx.envs.take(len(tasks)),
+            tasks,
+            ctx.prompt,
+            ctx.settings,
+            ctx.generator,
+            ctx.first_episode_id,
+        )

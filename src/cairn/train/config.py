@@ -85,7 +85,10 @@ class AgentConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    strategy: str = Field("group", description="Rollout strategy: 'group'.")
+    strategy: str = Field("group", description="Rollout strategy (cairn.rollout).")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword options of the rollout strategy."
+    )
     groups: int = Field(32, gt=0, description="B: task instances per iteration.")
     group_size: int = Field(8, gt=0, description="G: episodes per task instance.")
     max_turns: int | None = Field(None, gt=0, description="Turn cap; null leaves it to the env.")
@@ -97,12 +100,12 @@ class RolloutConfig(_Section):
         True, description="Decode only the env's admissible actions (where it lists them)."
     )
 
-    @field_validator("strategy")
-    @classmethod
-    def _strategy(cls, v: str) -> str:
-        if v not in ("group",):
-            raise ValueError(f"unknown rollout strategy {v!r}; allowed: group")
-        return v
+    @model_validator(mode="after")
+    def _check_strategy(self) -> RolloutConfig:
+        from cairn.rollout import validate_strategy_options
+
+        validate_strategy_options(self.strategy, self.options)
+        return self
 
 
 class AdvantageConfig(_Section):

@@ -33,7 +33,14 @@ from cairn.data.tokens import TokenBatch
 from cairn.envs import make
 from cairn.losses import LossConfig, policy_loss
 from cairn.policies import build_policy
-from cairn.rollout.group import EnvPool, RolloutSettings, rollout, tasks_for_groups
+from cairn.rollout import (
+    EnvPool,
+    RolloutContext,
+    RolloutSettings,
+    make_strategy,
+    rollout,
+    tasks_for_groups,
+)
 from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from cairn.train.config import Config
 from cairn.train.runlog import RunLog
@@ -91,6 +98,7 @@ class Trainer:
             invalid_penalty=cfg.agent.invalid_penalty,
             action_pattern=cfg.agent.action_pattern,
         )
+        self.strategy = make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
         # Random streams: tasks, minibatch order, token sampling (all checkpointed).
         self.task_rng = np.random.default_rng([cfg.seed, 1])
         self.shuffle_rng = np.random.default_rng([cfg.seed, 2])
@@ -123,16 +131,12 @@ class Trainer:
         cfg, t0 = self.cfg, time.perf_counter()
         # --- rollout -------------------------------------------------------------------------
         seeds = self.task_rng.integers(0, TRAIN_SEED_RANGE, size=cfg.rollout.groups)
-        tasks = tasks_for_groups(seeds, cfg.rollout.group_size)
-        episodes = rollout(
-            self.policy,
-            self.train_envs.take(len(tasks)),
-            tasks,
-            self.prompt,
-            self.sampling,
-            generator=self.sample_gen,
-            first_episode_id=self.episodes,
+        tokens_before = self.policy.forward_tokens
+        ctx = RolloutContext(
+            self.policy, self.train_envs, self.prompt, self.sampling, self.sample_gen, self.episodes
         )
+        episodes = self.strategy.collect(ctx, seeds, cfg.rollout.group_size)
+        rollout_tokens = self.policy.forward_tokens - tokens_before
         t1 = time.perf_counter()
         # --- score: one row per step ---------------------------------------------------------
         batch = to_step_batch(episodes)
@@ -155,6 +159,7 @@ class Trainer:
             "episodes": self.episodes,
             "steps": len(batch),
             **episode_stats(episodes, "rollout"),
+            "rollout/forward_tokens": rollout_tokens,
             "adv/mean": float(adv.mean()),
             "adv/std": float(adv.std()),
             "adv/abs_max": float(np.abs(adv).max()),

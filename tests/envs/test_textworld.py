@@ -1,7 +1,9 @@
 """TextWorld env: generated games, walkthroughs, invalid input, replay snapshots, cache, options.
 
-The module shares one on-disk cache; the fast tests only need two coin-collector games
-(level 3: three rooms, a three-move walkthrough), generated once (a few seconds).
+Games live in pytest's cache folder (keyed by settings, seed and TextWorld version, so a
+stale entry cannot be served), shared by xdist workers and kept between runs: the fast
+tests need two coin-collector games (level 3: three rooms, a three-move walkthrough),
+which cost a few seconds to generate the first time.
 """
 
 from __future__ import annotations
@@ -32,8 +34,14 @@ COIN3 = {"level": 3}  # quest length 3: two moves and "take coin", one room per 
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("textworld-cache")
+def cache(request, tmp_path_factory) -> Path:
+    if request.config.cache is None:  # cache provider disabled
+        return tmp_path_factory.mktemp("textworld-cache")
+    return request.config.cache.mkdir("cairn-textworld-games")
+
+
+def no_build(*args: object) -> None:
+    raise AssertionError("cache miss: a game was generated again")
 
 
 @pytest.fixture(scope="module")
@@ -177,24 +185,18 @@ def test_same_seed_same_game_and_different_seeds_differ(env):
     assert env.reset(seed=0) == first
 
 
-def test_num_games_maps_seeds_onto_a_cached_pool(cache, env):
+def test_num_games_maps_seeds_onto_a_cached_pool(cache, env, monkeypatch):
     env.reset(seed=0)
-    env.reset(seed=1)  # games 0 and 1 are on disk now
-    files = sorted((cache / "coin_collector").glob("*.z8"))
-    pool = TextWorld(game="coin_collector", settings=COIN3, cache_dir=cache, num_games=2)
-    first = pool.reset(seed=0)
-    assert pool.reset(seed=4) == first and pool.game_seed == 0  # 4 % 2 = 0
-    assert pool.reset(seed=7)[0] == env.reset(seed=1)[0] and pool.game_seed == 1
-    assert sorted((cache / "coin_collector").glob("*.z8")) == files  # nothing regenerated
-    pool.close()
+    second = env.reset(seed=1)  # games 0 and 1 are on disk now
+    monkeypatch.setattr(tw_module, "_build", no_build)
+    with TextWorld(game="coin_collector", settings=COIN3, cache_dir=cache, num_games=2) as pool:
+        first = pool.reset(seed=0)
+        assert pool.reset(seed=4) == first and pool.game_seed == 0  # 4 % 2 = 0
+        assert pool.reset(seed=7) == second and pool.game_seed == 1
 
 
 def test_a_cached_game_is_never_rebuilt(cache, env, monkeypatch):
     env.reset(seed=0)  # make sure the game is on disk
-
-    def no_build(*args):
-        raise AssertionError("cache miss: the game was generated again")
-
     monkeypatch.setattr(tw_module, "_build", no_build)
     with TextWorld(game="coin_collector", settings=COIN3, cache_dir=cache) as fresh:
         assert fresh.reset(seed=0)[0] == env.reset(seed=0)[0]
@@ -202,7 +204,31 @@ def test_a_cached_game_is_never_rebuilt(cache, env, monkeypatch):
     assert json.loads(path.with_suffix(".json").read_text())["metadata"]["walkthrough"] == (
         env.gold_actions()
     )
-    assert not list((cache / "coin_collector").glob(".build-*"))  # no scratch folders left
+
+
+def test_cache_builds_each_key_once_and_a_failed_build_leaves_nothing(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_build(game: str, settings: dict, seed: int, path: Path) -> None:
+        calls.append((settings["level"], seed))
+        path.with_suffix(".json").write_text("{}")
+        if seed == 13:
+            raise RuntimeError("compiler crashed")
+        path.write_text(f"level {settings['level']} seed {seed}")
+
+    monkeypatch.setattr(tw_module, "_build", fake_build)
+    level1 = game_settings("coin_collector", None)
+    a = cached_game("coin_collector", level1, 0, tmp_path)
+    assert cached_game("coin_collector", level1, 0, tmp_path) == a  # second call: a hit
+    b = cached_game("coin_collector", {**level1, "level": 2}, 0, tmp_path)
+    c = cached_game("coin_collector", level1, 1, tmp_path)
+    assert calls == [(1, 0), (2, 0), (1, 1)] and len({a, b, c}) == 3
+    assert c.read_text() == "level 1 seed 1"
+    with pytest.raises(RuntimeError, match="compiler crashed"):
+        cached_game("coin_collector", level1, 13, tmp_path)
+    kept = {p.name for p in (tmp_path / "coin_collector").iterdir() if not p.name.endswith("lock")}
+    # only whole games: no scratch folder, no lone .json of the failed build
+    assert kept == {p.name for x in (a, b, c) for p in (x, x.with_suffix(".json"))}
 
 
 def test_restore_equals_replay_on_random_prefixes(env):

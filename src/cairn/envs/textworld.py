@@ -210,16 +210,38 @@ def cached_game(game: str, settings: dict[str, Any], seed: int, cache_dir: Path)
     """Path of the compiled game for (game, settings, seed); generated on the first call.
 
     Files are built in a private temporary folder and moved into place (``.json`` first,
-    then ``.z8``), so concurrent processes never see half-written games.
+    then ``.z8``), so readers never see half-written games; a lock file per game makes
+    concurrent processes wait for one build instead of repeating it.
     """
     blob = json.dumps([game, settings, seed, textworld.__version__], sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
     folder = cache_dir / game
     target = folder / f"{key}.z8"
-    if target.is_file() and target.with_suffix(".json").is_file():
+    if _complete(target):
         return target
     folder.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=folder))
+    with open(folder / f".{key}.lock", "w") as lock:
+        _lock(lock)
+        if not _complete(target):  # another process may have built it meanwhile
+            _build_into(game, settings, seed, target)
+    return target
+
+
+def _complete(target: Path) -> bool:
+    return target.is_file() and target.with_suffix(".json").is_file()
+
+
+def _lock(handle: Any) -> None:
+    """Block until this process holds an exclusive lock on ``handle`` (POSIX only)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock; the atomic moves still keep games whole
+        return
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+
+
+def _build_into(game: str, settings: dict[str, Any], seed: int, target: Path) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
     try:
         with _quiet_jericho():  # cooking games are played once to record their walkthrough
             _build(game, settings, seed, scratch / "game.z8")
@@ -227,7 +249,6 @@ def cached_game(game: str, settings: dict[str, Any], seed: int, cache_dir: Path)
         os.replace(scratch / "game.z8", target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return target
 
 
 # -- env ---------------------------------------------------------------------------------------

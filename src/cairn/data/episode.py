@@ -8,7 +8,7 @@ advantage estimator reads; `to_records` gives the JSON form stored in the run di
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -94,22 +94,27 @@ def to_step_batch(episodes: Sequence[Episode], **extra: np.ndarray) -> StepBatch
 
 
 def to_records(episodes: Sequence[Episode], **per_step: np.ndarray) -> list[dict[str, Any]]:
-    """JSON-ready dicts (token ids dropped); ``per_step`` arrays (N,) are attached per step."""
+    """JSON-ready dicts (token ids dropped); ``per_step`` arrays (N,) are attached per step.
+
+    Each step keeps its anchor as text, so a viewer can regroup GiGPO's step groups.
+    """
     out, row = [], 0
     for e in episodes:
-        rec = {k: v for k, v in asdict(e).items() if k != "steps"}
+        rec = {f.name: getattr(e, f.name) for f in fields(e) if f.name != "steps"}
         rec["return"] = e.ret
         steps = []
         for s in e.steps:
             d = {
                 "t": s.t,
                 "observation": s.observation,
+                "anchor": str(s.anchor),
                 "action": s.action,
                 "completion": s.completion,
                 "reward": s.reward,
                 "penalty": s.penalty,
                 "valid": s.valid,
                 "logprob": float(sum(s.logprobs)),
+                **s.columns,
             }
             d.update({k: float(v[row]) for k, v in per_step.items()})
             steps.append(d)

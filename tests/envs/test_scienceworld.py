@@ -298,6 +298,20 @@ def test_same_named_objects_are_listed_and_picked_the_same_way_after_every_load(
 
 
 @pytest.mark.slow
+def test_splits_are_the_packages_disjoint_sets_and_bad_variations_fail_at_reset():
+    pools = {}
+    for split in ("train", "dev", "test"):
+        with ScienceWorld(task=TASK, split=split) as sw:
+            pools[split] = set(sw.task_variations())
+    # find-living-thing has 300 variations, split about 50/25/25 % by the package
+    assert len(pools["train"]) + len(pools["dev"]) + len(pools["test"]) == 300
+    assert not (pools["train"] & pools["dev"]) and not (pools["dev"] & pools["test"])
+    with ScienceWorld(task=TASK, variations=[0, 300]) as sw, pytest.raises(ValueError) as err:
+        sw.reset(seed=0)
+    assert "variations [300] out of range" in str(err.value) and "0-299" in str(err.value)
+
+
+@pytest.mark.slow
 def test_fast_path_is_much_faster_than_listing_valid_actions_every_step(env):
     def steps_per_second(n: int) -> float:
         env.reset(seed=0)

@@ -36,7 +36,14 @@ from textworld_express.constants import BASEPATH, GAME_NAMES, JAR_PATH
 from cairn.envs._common import EpisodeClock, check_choice, check_int
 from cairn.envs.base import StepResult, TextEnv
 
-__all__ = ["GAMES", "SPLITS", "TextWorldExpress", "format_game_params"]
+__all__ = [
+    "GAMES",
+    "INVALID_OBSERVATION",
+    "SPLITS",
+    "TextWorldExpress",
+    "format_game_params",
+    "normalize_action",
+]
 
 #: Game names the package knows.
 GAMES: tuple[str, ...] = tuple(GAME_NAMES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from cairn.train.checkpoint import latest_checkpoint
 from cairn.train.config import load_config
@@ -29,8 +30,8 @@ def _cfg(tmp_path, *extra: str):
 
 
 def _same(a: dict, b: dict) -> bool:
-    """Equal metrics apart from timings."""
-    strip = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}  # noqa: E731
+    """Equal metrics apart from timings (and the extra evaluation a run does as it stops)."""
+    strip = lambda m: {k: v for k, v in m.items() if not k.startswith(("time/", "eval/"))}  # noqa: E731
     return strip(a) == strip(b)
 
 
@@ -84,3 +85,48 @@ def test_each_estimator_trains(tmp_path, estimator):
     )
     summary = Trainer(cfg, tmp_path / estimator).run()
     assert summary["iterations"] == 1
+
+
+def test_ppo_with_critic_trains_and_resumes_exactly(tmp_path):
+    ppo = ["advantage.name=gae", "advantage.whiten=true", "critic.enabled=true"]
+    full = tmp_path / "full"
+    Trainer(_cfg(tmp_path, "train.iterations=2", *ppo), full).run()
+    part = tmp_path / "part"
+    Trainer(_cfg(tmp_path, "train.iterations=1", *ppo), part).run()
+    Trainer(_cfg(tmp_path, "train.iterations=2", *ppo), part, resume=True).run()
+    a, b = read_metrics(full), read_metrics(part)
+    assert "critic/loss" in a[-1]
+    assert all(_same(x, y) for x, y in zip(a, b, strict=True))
+    assert (latest_checkpoint(part) / "critic" / "critic.safetensors").exists()
+
+
+class _CritStrategy:
+    """A test strategy: group rollout, then every step of a failed episode is `crit`."""
+
+    def collect(self, ctx, seeds, group_size):
+        from cairn.rollout import GroupStrategy
+
+        episodes = GroupStrategy().collect(ctx, seeds, group_size)
+        for e in episodes:
+            for s in e.steps:
+                s.columns["crit"] = not e.success
+        return episodes
+
+
+def test_crit_rows_reach_the_loss_as_a_wider_lower_clip(tmp_path, monkeypatch):
+    import cairn.rollout as rollout_pkg
+    import cairn.train.trainer as trainer_mod
+
+    monkeypatch.setitem(rollout_pkg._STRATEGIES, "crit_test", f"{__name__}:_CritStrategy")
+    seen = []
+    real = trainer_mod.policy_loss
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["clip_low_per_token"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "policy_loss", spy)
+    cfg = _cfg(tmp_path, "train.iterations=1", "rollout.strategy=crit_test")
+    Trainer(cfg, tmp_path / "crit").run()
+    values = {round(v, 4) for v in torch.cat([c.flatten() for c in seen]).unique().tolist()}
+    assert values == {0.2, 0.315}  # failed episodes' steps widened, successful ones not

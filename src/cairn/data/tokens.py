@@ -139,13 +139,16 @@ class TokenBatch:
         if len(steps) != len(advantages):
             raise ValueError(f"{len(advantages)} advantages for {len(steps)} steps")
         source = np.fromiter((e.source for e in episodes for _ in e.steps), np.int64, len(steps))
+        flags = {"off_policy": source == 1}
+        if any("crit" in s.columns for s in steps):  # ELPO: at/after the first bad step
+            flags["crit"] = np.array([bool(s.columns.get("crit", False)) for s in steps])
         return cls(
             prompt_ids=[s.prompt_ids for s in steps],
             action_ids=[s.action_ids for s in steps],
             old_logprobs=[s.logprobs for s in steps],
             advantages=np.asarray(advantages, dtype=np.float64),
             allowed=[s.allowed for s in steps],
-            flags={"off_policy": source == 1},
+            flags=flags,
             pad_id=pad_id,
         )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,12 @@ def save_checkpoint(
     tokenizer,
     state: dict[str, Any],
     keep: int,
+    extra: dict[str, Callable[[Path], None]] | None = None,
 ) -> Path:
-    """Write ``checkpoints/iter_{iteration}`` atomically and prune to the newest ``keep``."""
+    """Write ``checkpoints/iter_{iteration}`` atomically and prune to the newest ``keep``.
+
+    ``extra`` maps sub-folder names to writers (e.g. a critic's weights) run inside it.
+    """
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     name = f"iter_{iteration:06d}"
@@ -40,6 +45,8 @@ def save_checkpoint(
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar every iteration
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    for folder, write in (extra or {}).items():
+        write(tmp / folder)
     torch.save(state, tmp / STATE_FILE)
     _fsync_dir(tmp)
     shutil.rmtree(final, ignore_errors=True)

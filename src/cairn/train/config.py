@@ -113,6 +113,9 @@ class AdvantageConfig(_Section):
     options: dict[str, Any] = Field(
         default_factory=lambda: {"gamma": 0.9}, description="Keyword options of the estimator."
     )
+    whiten: bool = Field(
+        False, description="Subtract the batch mean and divide by the std after estimating."
+    )
 
     @model_validator(mode="after")
     def _check_estimator(self) -> AdvantageConfig:
@@ -137,6 +140,12 @@ class LossSection(_Section):
     norm_len: int | None = Field(
         None, gt=0, description="Constant length for seq-mean-token-sum-norm."
     )
+    crit_clip_low: float = Field(
+        0.315,
+        ge=0,
+        lt=1,
+        description="ELPO: eps_low for steps at/after the first irrecoverable step (crit).",
+    )
 
 
 class OptimConfig(_Section):
@@ -145,6 +154,21 @@ class OptimConfig(_Section):
     minibatch_size: int = Field(512, gt=0, description="Steps per gradient update.")
     max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+
+
+class CriticConfig(_Section):
+    enabled: bool = Field(False, description="Train a value network (PPO with GAE).")
+    path: str | None = Field(
+        None, description="Local model directory for the critic backbone; null: tiny default."
+    )
+    lr: float = Field(1e-3, gt=0, description="Critic AdamW learning rate.")
+    epochs: int | None = Field(None, gt=0, description="Critic epochs; null: optim.epochs.")
+    value_clip: float | None = Field(
+        0.5, gt=0, description="PPO value clipping around the old value; null: plain MSE."
+    )
+    gamma: float = Field(
+        1.0, ge=0, le=1, description="Discount of the return target when the estimator gives none."
+    )
 
 
 class TrainConfig(_Section):
@@ -169,7 +193,35 @@ class EvalConfig(_Section):
 class LogConfig(_Section):
     trajectories_every: int = Field(1, ge=0, description="Dump trajectories every N iterations.")
     trajectory_groups: int = Field(4, ge=0, description="Groups dumped per iteration.")
+    trajectory_digits: int | None = Field(
+        7, ge=1, le=17, description="Significant digits of floats in dumps; null keeps all."
+    )
     progress: bool | None = Field(None, description="Live progress; null = when a terminal.")
+    loggers: list[str] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="Metric loggers: jsonl (always on), tensorboard, wandb, mlflow.",
+    )
+    wandb_project: str = Field("cairn", description="Weights & Biases project name.")
+    wandb_mode: Literal["offline", "online", "disabled"] = Field(
+        "offline", description="Weights & Biases mode; the WANDB_MODE variable overrides it."
+    )
+    report_iterations: int = Field(
+        24, gt=0, description="cairn inspect: at most this many iterations, evenly spaced."
+    )
+    report_groups: int = Field(4, gt=0, description="cairn inspect: at most this many groups each.")
+    report_episodes: int = Field(
+        32, gt=0, description="cairn inspect: at most this many episodes per group."
+    )
+
+    @field_validator("loggers")
+    @classmethod
+    def _known_loggers(cls, v: list[str]) -> list[str]:
+        from cairn.train.loggers import available_loggers
+
+        unknown = [x for x in v if x not in available_loggers()]
+        if unknown:
+            raise ValueError(f"unknown logger(s) {unknown}; allowed: {available_loggers()}")
+        return v
 
 
 class CheckpointConfig(_Section):
@@ -187,6 +239,7 @@ class Config(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
     loss: LossSection = Field(default_factory=LossSection)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

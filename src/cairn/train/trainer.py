@@ -27,12 +27,14 @@ import torch
 import yaml
 
 from cairn.advantages import estimate_parts
+from cairn.advantages.grouping import Episodes
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode, to_records, to_step_batch
 from cairn.data.tokens import TokenBatch
 from cairn.envs import make
 from cairn.losses import LossConfig, policy_loss
 from cairn.policies import build_policy
+from cairn.policies.critic import Critic, value_loss
 from cairn.rollout import (
     EnvPool,
     RolloutContext,
@@ -87,7 +89,10 @@ class Trainer:
         self.opt = torch.optim.AdamW(
             self.policy.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
-        self.loss_cfg = LossConfig(**cfg.loss.model_dump())
+        self.loss_cfg = LossConfig(**cfg.loss.model_dump(exclude={"crit_clip_low"}))
+        self.critic, self.critic_opt = (
+            self._build_critic(ckpt) if cfg.critic.enabled else (None, None)
+        )
         self.sampling = RolloutSettings(
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p,
@@ -138,16 +143,22 @@ class Trainer:
         episodes = self.strategy.collect(ctx, seeds, cfg.rollout.group_size)
         rollout_tokens = self.policy.forward_tokens - tokens_before
         t1 = time.perf_counter()
-        # --- score: one row per step ---------------------------------------------------------
+        # --- score: one row per step (critic values, if any, fill the value column) ---------
+        if self.critic is not None:
+            self._critic_values(episodes)
         batch = to_step_batch(episodes)
         # --- advantage -----------------------------------------------------------------------
         adv, parts = estimate_parts(cfg.advantage.name, batch, **cfg.advantage.options)
+        if cfg.advantage.whiten:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-6)
         t2 = time.perf_counter()
         # --- loss and update -----------------------------------------------------------------
         tokens = TokenBatch.from_episodes(episodes, adv, pad_id=self.policy.pad_id)
         if self.ref_model is not None:
             tokens.ref_logprobs = self._ref_logprobs(tokens)
         actor = self.update(tokens)
+        if self.critic is not None:
+            actor.update(self.update_critic(tokens, batch, parts))
         t3 = time.perf_counter()
         # --- log -----------------------------------------------------------------------------
         self.episodes += len(episodes)
@@ -182,6 +193,7 @@ class Trainer:
             for idx in np.array_split(self.shuffle_rng.permutation(n), chunks):
                 mb = tokens.minibatch(idx)
                 logp, entropy = self.policy.score(mb.inputs, cfg.rollout.temperature)
+                crit = mb.flags.get("crit")  # ELPO: widen eps_low from the first bad step on
                 loss, metrics = policy_loss(
                     logp,
                     mb.old_logprobs,
@@ -191,6 +203,9 @@ class Trainer:
                     entropy=entropy,
                     ref_logp=mb.ref_logprobs,
                     off_policy=mb.flags.get("off_policy"),
+                    clip_low_per_token=None
+                    if crit is None
+                    else torch.where(crit, cfg.loss.crit_clip_low, cfg.loss.clip_low),
                 )
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -204,6 +219,58 @@ class Trainer:
                 for k, v in metrics.items():
                     sums[k].append(v)
         return {k: float(np.mean(v)) for k, v in sums.items()}
+
+    # -- critic (PPO with GAE) -------------------------------------------------------------
+    def _build_critic(self, ckpt: Path | None):
+        cfg = self.cfg
+        pad = self.policy.pad_id
+        if cfg.critic.path:
+            critic = Critic.from_pretrained(cfg.critic.path, pad)
+        else:
+            critic = Critic.from_config(self.policy.model.config, pad, seed=cfg.seed + 1)
+        critic.to(self.policy.device)
+        opt = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr)
+        if ckpt is not None:
+            critic.load(ckpt / "critic")
+        return critic, opt
+
+    @torch.no_grad()
+    def _critic_values(self, episodes: list[Episode]) -> None:
+        steps = [s for e in episodes for s in e.steps]
+        if any("value" in s.columns for s in steps):
+            raise ValueError("the rollout strategy already sets values; disable critic.enabled")
+        self.critic.eval()
+        values = self.critic.values([s.prompt_ids for s in steps]).tolist()
+        for s, v in zip(steps, values, strict=True):
+            s.columns["value"] = v
+
+    def update_critic(self, tokens: TokenBatch, batch, parts: dict[str, np.ndarray]):
+        """Regress V on the estimator's ``returns`` part, else on discounted returns."""
+        cfg = self.cfg
+        if "returns" in parts:
+            target = parts["returns"]
+        else:
+            target = Episodes.of(batch).discounted_cumsum(batch.reward, cfg.critic.gamma)
+        v_old = torch.as_tensor(batch.value, dtype=torch.float32)
+        target = torch.as_tensor(target, dtype=torch.float32)
+        n = len(batch)
+        chunks = max(1, round(n / cfg.optim.minibatch_size))
+        sums: dict[str, list[float]] = defaultdict(list)
+        self.critic.train()
+        for _ in range(cfg.critic.epochs or cfg.optim.epochs):
+            for idx in np.array_split(self.shuffle_rng.permutation(n), chunks):
+                v = self.critic.values([tokens.prompt_ids[i] for i in idx])
+                loss, metrics = value_loss(v, v_old[idx], target[idx], cfg.critic.value_clip)
+                self.critic_opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.optim.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(
+                        self.critic.parameters(), cfg.optim.max_grad_norm
+                    )
+                self.critic_opt.step()
+                for k, x in metrics.items():
+                    sums[k].append(x)
+        return {k: float(np.mean(x)) for k, x in sums.items()}
 
     @torch.no_grad()
     def _ref_logprobs(self, tokens: TokenBatch) -> list[list[float]]:
@@ -281,9 +348,11 @@ class Trainer:
             "sample_gen": self.sample_gen.get_state(),
             "torch_rng": torch.get_rng_state(),
             "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
+            "critic_optimizer": self.critic_opt.state_dict() if self.critic_opt else None,
         }
 
     def _save(self) -> None:
+        extra = {"critic": self.critic.save} if self.critic is not None else {}
         save_checkpoint(
             self.dir,
             self.iteration,
@@ -291,6 +360,7 @@ class Trainer:
             self.policy.tokenizer,
             self._state(),
             keep=self.cfg.checkpoint.keep,
+            extra=extra,
         )
 
     def _restore(self, ckpt: Path) -> None:
@@ -304,6 +374,8 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         if self.ref_model is not None and state["ref_model"] is not None:
             self.ref_model.load_state_dict(state["ref_model"])
+        if self.critic_opt is not None and state.get("critic_optimizer") is not None:
+            self.critic_opt.load_state_dict(state["critic_optimizer"])
         self.log.truncate_after(self.iteration)
         self.log.say(f"resumed from {ckpt.name} (iteration {self.iteration})")
 

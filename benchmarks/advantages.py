@@ -185,12 +185,15 @@ def run(rows: int, proxmo_rows: int, ref_groups: int, repeat: int) -> list[dict[
                 "ref_rows": len(subset),
                 "speedup": ref_seconds / seconds,
                 "target": target,
-                "ok": seconds <= target * len(batch) / (proxmo_rows if name == "proxmo" else rows)
-                and ref_seconds / seconds >= 20,
+                "fast": seconds
+                <= target * len(batch) / (proxmo_rows if name == "proxmo" else rows),
+                "x20": ref_seconds / seconds >= 20,
             }
         )
         r = results[-1]
-        verdict = "ok" if r["ok"] else "MISS"
+        verdict = ("time ok" if r["fast"] else "time MISS") + (
+            ", x20 ok" if r["x20"] else ", x20 MISS"
+        )
         print(
             f"{name:13s} {r['rows']:>9,d} rows {seconds:7.3f} s   loop {ref_seconds:8.2f} s "
             f"(from {r['ref_rows']:,d} rows)   x{r['speedup']:6.0f}   {verdict}",
@@ -223,14 +226,14 @@ def write_table(
         "the others <= 2 s on 1M rows, each >= 20x faster than the loop.",
         "",
         "| estimator | rows | vectorised (s) | loop, extrapolated (s) | loop measured on rows "
-        "| speed-up | target (s) | met |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| speed-up | target (s) | time met | 20x met |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['name']} | {r['rows']:,d} | {r['seconds']:.3f} | {r['ref_seconds']:.1f} | "
             f"{r['ref_rows']:,d} | {r['speedup']:.0f}x | {r['target']} | "
-            f"{'yes' if r['ok'] else 'no'} |"
+            f"{'yes' if r['fast'] else 'no'} | {'yes' if r['x20'] else 'no'} |"
         )
     lines += [
         "",
@@ -261,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"factorise anchors, {label}: {sec:.3f} s")
     if not args.quick:
         write_table(results, factor, rows, args.repeat, load)
-    return 0 if all(r["ok"] for r in results) or args.quick else 1
+    return 0 if all(r["fast"] and r["x20"] for r in results) or args.quick else 1
 
 
 if __name__ == "__main__":

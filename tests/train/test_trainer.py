@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,35 @@ def test_crit_rows_reach_the_loss_as_a_wider_lower_clip(tmp_path, monkeypatch):
     Trainer(cfg, tmp_path / "crit").run()
     values = {round(v, 4) for v in torch.cat([c.flatten() for c in seen]).unique().tolist()}
     assert values == {0.2, 0.315}  # failed episodes' steps widened, successful ones not
+
+
+def test_dynamic_sampling_keeps_only_groups_with_signal(tmp_path, monkeypatch):
+    import cairn.train.trainer as trainer_mod
+
+    kept_groups = []
+    real = trainer_mod.to_step_batch
+
+    def spy(episodes, **kw):
+        kept_groups.append(trainer_mod._groups_with_signal(episodes))
+        kept_groups.append({e.group for e in episodes})
+        return real(episodes, **kw)
+
+    monkeypatch.setattr(trainer_mod, "to_step_batch", spy)
+    cfg = _cfg(tmp_path, "train.iterations=2", "rollout.dynamic_sampling=true")
+    Trainer(cfg, tmp_path / "dapo").run()
+    rows = read_metrics(tmp_path / "dapo")
+    assert all("rollout/dropped_groups" in r for r in rows)
+    for with_signal, present in zip(kept_groups[::2], kept_groups[1::2], strict=True):
+        assert with_signal == present or not with_signal  # all kept groups carry signal
+    # Episodes counts what was sampled, dropped groups included.
+    assert rows[-1]["episodes"] >= 2 * 16
+
+
+PRESETS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("sokoban_*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_every_sokoban_preset_trains_one_iteration(tmp_path, preset):
+    cfg = load_config(preset, [*SMALL, f"out_dir={tmp_path}", "train.iterations=1"])
+    summary = Trainer(cfg, tmp_path / preset.stem).run()
+    assert summary["iterations"] == 1 and summary["eval_success"] is not None

@@ -35,11 +35,12 @@ class Step:
     logprobs: list[float] = field(default_factory=list)
     allowed: list[list[int]] | None = None
     columns: dict[str, Any] = field(default_factory=dict)  # optional StepBatch columns
+    shaped: dict[str, float] = field(default_factory=dict)  # named reward terms (cairn.rewards)
 
     @property
     def total_reward(self) -> float:
-        """The reward the learner sees: env reward minus the invalid-action penalty."""
-        return self.reward - self.penalty
+        """The reward the learner sees: env reward - invalid penalty + shaped terms."""
+        return self.reward - self.penalty + sum(self.shaped.values())
 
 
 @dataclass
@@ -114,6 +115,7 @@ def to_records(episodes: Sequence[Episode], **per_step: np.ndarray) -> list[dict
                 "penalty": s.penalty,
                 "valid": s.valid,
                 "logprob": float(sum(s.logprobs)),
+                **({"shaped": s.shaped} if s.shaped else {}),
                 **s.columns,
             }
             d.update({k: float(v[row]) for k, v in per_step.items()})

@@ -16,7 +16,18 @@ from cairn.data.episode import Episode, Step
 from cairn.envs import TextEnv
 from cairn.policies.hf import HFPolicy
 
-__all__ = ["EnvPool", "GroupStrategy", "RolloutSettings", "play", "rollout", "tasks_for_groups"]
+#: Reset-info keys kept on the episode for rewards that need the task's ground truth.
+TASK_INFO_KEYS = ("answer", "question", "key_steps")
+
+__all__ = [
+    "TASK_INFO_KEYS",
+    "EnvPool",
+    "GroupStrategy",
+    "RolloutSettings",
+    "play",
+    "rollout",
+    "tasks_for_groups",
+]
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,8 @@ def rollout(
         Episode(id=first_episode_id + i, group=g, task=seed) for i, (g, seed) in enumerate(tasks)
     ]
     states = [env.reset(seed=seed) for env, (_, seed) in zip(envs, tasks, strict=False)]
+    for episode, (_, info) in zip(episodes, states, strict=True):
+        episode.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
     play(policy, envs, episodes, states, prompt, settings, generator)
     return episodes
 

@@ -99,6 +99,12 @@ class RolloutConfig(_Section):
     restrict_to_admissible: bool = Field(
         True, description="Decode only the env's admissible actions (where it lists them)."
     )
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups whose returns are all equal and sample more."
+    )
+    max_sampling_rounds: int = Field(
+        3, gt=0, description="DAPO: cap on sampling rounds to fill the batch."
+    )
 
     @model_validator(mode="after")
     def _check_strategy(self) -> RolloutConfig:
@@ -122,6 +128,18 @@ class AdvantageConfig(_Section):
         from cairn.advantages import validate_options
 
         validate_options(self.name, self.options)
+        return self
+
+
+class RewardSpec(_Section):
+    name: str = Field(description="Reward added to the env's (cairn.rewards.available_rewards()).")
+    options: dict[str, Any] = Field(default_factory=dict, description="Its keyword options.")
+
+    @model_validator(mode="after")
+    def _check_reward(self) -> RewardSpec:
+        from cairn.rewards import validate_reward_options
+
+        validate_reward_options(self.name, self.options)
         return self
 
 
@@ -238,6 +256,9 @@ class Config(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    rewards: list[RewardSpec] = Field(
+        default_factory=list, description="Shaped / intrinsic rewards added after the rollout."
+    )
     loss: LossSection = Field(default_factory=LossSection)
     critic: CriticConfig = Field(default_factory=CriticConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)

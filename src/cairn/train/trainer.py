@@ -35,6 +35,7 @@ from cairn.envs import make
 from cairn.losses import LossConfig, policy_loss
 from cairn.policies import build_policy
 from cairn.policies.critic import Critic, value_loss
+from cairn.rewards import RewardContext, make_reward
 from cairn.rollout import (
     EnvPool,
     RolloutContext,
@@ -104,6 +105,8 @@ class Trainer:
             action_pattern=cfg.agent.action_pattern,
         )
         self.strategy = make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
+        self.rewards = [make_reward(r.name, **r.options) for r in cfg.rewards]
+        self.reward_ctx = RewardContext(policy=self.policy, prompt=self.prompt)
         # Random streams: tasks, minibatch order, token sampling (all checkpointed).
         self.task_rng = np.random.default_rng([cfg.seed, 1])
         self.shuffle_rng = np.random.default_rng([cfg.seed, 2])
@@ -134,13 +137,9 @@ class Trainer:
 
     def train_iteration(self) -> dict[str, Any]:
         cfg, t0 = self.cfg, time.perf_counter()
-        # --- rollout -------------------------------------------------------------------------
-        seeds = self.task_rng.integers(0, TRAIN_SEED_RANGE, size=cfg.rollout.groups)
+        # --- rollout (+ shaped rewards) --------------------------------------------------------
         tokens_before = self.policy.forward_tokens
-        ctx = RolloutContext(
-            self.policy, self.train_envs, self.prompt, self.sampling, self.sample_gen, self.episodes
-        )
-        episodes = self.strategy.collect(ctx, seeds, cfg.rollout.group_size)
+        episodes, sampled, dropped = self.collect()
         rollout_tokens = self.policy.forward_tokens - tokens_before
         t1 = time.perf_counter()
         # --- score: one row per step (critic values, if any, fill the value column) ---------
@@ -161,7 +160,7 @@ class Trainer:
             actor.update(self.update_critic(tokens, batch, parts))
         t3 = time.perf_counter()
         # --- log -----------------------------------------------------------------------------
-        self.episodes += len(episodes)
+        self.episodes += sampled
         self.train_seconds += t3 - t0
         if cfg.log.trajectories_every and self.iteration % cfg.log.trajectories_every == 0:
             self._dump(episodes, adv, parts)
@@ -171,6 +170,7 @@ class Trainer:
             "steps": len(batch),
             **episode_stats(episodes, "rollout"),
             "rollout/forward_tokens": rollout_tokens,
+            "rollout/dropped_groups": dropped,
             "adv/mean": float(adv.mean()),
             "adv/std": float(adv.std()),
             "adv/abs_max": float(np.abs(adv).max()),
@@ -181,6 +181,42 @@ class Trainer:
             "time/iteration": t3 - t0,
             "time/train_seconds": self.train_seconds,
         }
+
+    def collect(self) -> tuple[list[Episode], int, int]:
+        """B groups of G episodes with rewards applied: (episodes, sampled, dropped groups).
+
+        With DAPO's dynamic sampling, groups whose returns are all equal (no signal) are
+        dropped and more are sampled, for at most ``max_sampling_rounds`` rounds.
+        """
+        cfg = self.cfg.rollout
+        kept: list[Episode] = []
+        sampled = dropped = 0
+        rounds = cfg.max_sampling_rounds if cfg.dynamic_sampling else 1
+        for r in range(rounds):
+            need = cfg.groups - len({e.group for e in kept})
+            seeds = self.task_rng.integers(0, TRAIN_SEED_RANGE, size=need)
+            ctx = RolloutContext(
+                self.policy,
+                self.train_envs,
+                self.prompt,
+                self.sampling,
+                self.sample_gen,
+                self.episodes + sampled,
+            )
+            new = self.strategy.collect(ctx, seeds, cfg.group_size)
+            for e in new:  # group ids unique across rounds
+                e.group += r * cfg.groups
+            for reward in self.rewards:
+                reward(new, self.reward_ctx)
+            sampled += len(new)
+            if not cfg.dynamic_sampling:
+                return new, sampled, 0
+            informative = _groups_with_signal(new)
+            dropped += len({e.group for e in new}) - len(informative)
+            kept += [e for e in new if e.group in informative]
+            if len({e.group for e in kept}) >= cfg.groups:
+                break
+        return kept or new, sampled, dropped  # all flat: train on the last round (A = 0)
 
     def update(self, tokens: TokenBatch) -> dict[str, float]:
         """PPO epochs over near-equal minibatches; returns the mean of each loss metric."""
@@ -411,6 +447,14 @@ class Trainer:
             self.log.say(f"[yellow]plotting failed: {err}[/yellow]")
         self.train_envs.close()
         self.eval_envs.close()
+
+
+def _groups_with_signal(episodes: list[Episode]) -> set[int]:
+    """Groups whose episode returns are not all equal."""
+    returns: dict[int, set[float]] = defaultdict(set)
+    for e in episodes:
+        returns[e.group].add(round(e.ret, 9))
+    return {g for g, r in returns.items() if len(r) > 1}
 
 
 def episode_stats(episodes: list[Episode], prefix: str) -> dict[str, float]:

@@ -9,6 +9,9 @@ from cairn.envs import make
 from cairn.policies import HFPolicy, local_tokenizer
 from cairn.policies.tiny import build_tiny_model, tiny_config
 
+# pytest-xdist runs one worker per core: more torch threads than that oversubscribe them.
+torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def compact_env():

@@ -3,6 +3,7 @@
 cairn train [CONFIG.yaml] [--set key=value ...] [--resume RUN_DIR]
 cairn eval RUN_DIR [--episodes N]
 cairn compare CONFIG... --seeds N [--set key=value ...] [--out DIR] [--jobs J]
+cairn inspect RUN_DIR [--out FILE] [--iterations M --groups K --episodes E] [--serve]
 cairn config [CONFIG.yaml] [--set ...]       # print the resolved config, or all keys
 """
 
@@ -43,6 +44,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--target", type=float, default=None, help="success target (eval.target)")
     c.add_argument("--out", default=None, help="output folder (default runs/compare-<time>)")
     c.add_argument("--jobs", type=int, default=1, help="runs in parallel (1 thread each)")
+
+    i = sub.add_parser(
+        "inspect", help="write a self-contained HTML report of a run (or of a compare folder)"
+    )
+    i.add_argument("run_dir", help="a run directory, or a cairn compare output folder")
+    i.add_argument("--out", default=None, help="report file (default RUN_DIR/report.html)")
+    i.add_argument("--iterations", type=int, default=None, help="at most M iterations shown")
+    i.add_argument("--groups", type=int, default=None, help="at most K groups per iteration")
+    i.add_argument("--episodes", type=int, default=None, help="at most E episodes per group")
+    i.add_argument("--serve", action="store_true", help="serve it on 127.0.0.1 until Ctrl-C")
+    i.add_argument("--port", type=int, default=0, help="port for --serve (0: any free one)")
+    i.add_argument(
+        "--serve-seconds", type=float, default=None, help="stop serving after this many seconds"
+    )
 
     g = sub.add_parser("config", help="print a resolved config, or every key with its help")
     g.add_argument("config", nargs="?")
@@ -106,6 +121,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     console.print(table)
     console.print(f"results: {out}/compare.md, {out}/curves.png")
+    try:
+        from cairn.report.html import build_compare_report
+
+        console.print(f"report: {build_compare_report(out)}")
+    except Exception as err:  # the HTML form never loses the comparison's results
+        console.print(f"[yellow]HTML report failed: {err}[/yellow]")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from cairn.report.html import build_compare_report, build_report, sampling_of, serve
+
+    run_dir = Path(args.run_dir)
+    try:
+        if (run_dir / "compare.json").exists() and not (run_dir / "config.yaml").exists():
+            path = build_compare_report(run_dir, args.out and Path(args.out))
+        else:
+            flags = {"iterations": args.iterations, "groups": args.groups}
+            flags["episodes"] = args.episodes
+            given = {k: v for k, v in flags.items() if v is not None}
+            sampling = replace(sampling_of(run_dir), **given)
+            path = build_report(run_dir, args.out and Path(args.out), sampling)
+    except ValueError as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    print(path, flush=True)
+    if args.serve:
+        ready = lambda url, _: console.print(f"serving {url}  (Ctrl-C stops)")  # noqa: E731
+        serve(path, args.port, seconds=args.serve_seconds, ready=ready)
     return 0
 
 
@@ -127,7 +173,13 @@ def _fmt(x: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"train": cmd_train, "eval": cmd_eval, "compare": cmd_compare, "config": cmd_config}
+    handler = {
+        "train": cmd_train,
+        "eval": cmd_eval,
+        "compare": cmd_compare,
+        "inspect": cmd_inspect,
+        "config": cmd_config,
+    }
     try:
         return handler[args.command](args)
     except ConfigError as err:

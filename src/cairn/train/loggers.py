@@ -6,7 +6,8 @@ read), so ``jsonl`` in the list only names it. The others are optional extras:
     tensorboard  ->  RUN_DIR/tensorboard/   (torch.utils.tensorboard, else tensorboardX)
     wandb        ->  RUN_DIR/wandb/         (mode log.wandb_mode, default offline: no network;
                                              the WANDB_MODE environment variable overrides it)
-    mlflow       ->  RUN_DIR/mlruns/        (local file store ``file:RUN_DIR/mlruns``)
+    mlflow       ->  RUN_DIR/mlruns/        (local file store ``file:RUN_DIR/mlruns``, or the
+                                             MLFLOW_TRACKING_URI environment variable)
 
 A logger is an object with ``log(row, step)`` and ``close()``. Each row is one iteration's
 metrics; only finite numbers are passed on, with ``step`` = the iteration. The run never
@@ -178,7 +179,11 @@ class _Mlflow:
     def __init__(self, run_dir: Path, config: dict[str, Any]):
         from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or (run_dir / "mlruns").resolve().as_uri()
+        # MLflow >= 3.x refuses a file store unless this opt-out is set (it is local and
+        # needs no database, which is why cairn uses it); a user's own setting wins.
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.client = MlflowClient(tracking_uri=uri)
         name = str(config.get("name", "cairn"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # file store deprecation notice

@@ -1,0 +1,262 @@
+"""Self-contained HTML reports: a run's credit viewer (`build_report`) and a comparison
+over seeds (`build_compare_report`), plus a loopback-only server for them (`serve`).
+
+One file each: the data is embedded as JSON and drawn by inline JavaScript and SVG
+(`cairn.report.assets`), so a report opens from disk with no server and no network.
+What a run report shows and how it samples a large run: `cairn.report.payload`,
+`cairn.report.rundata`. Advantage estimators and their parts: GiGPO (arXiv 2505.10978),
+ProxMO (arXiv 2602.19225), ELPO (arXiv 2602.09598).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cairn.report.assets import CSS, JS
+from cairn.report.payload import run_payload
+from cairn.report.rundata import Sampling, load_run
+
+__all__ = [
+    "build_compare_report",
+    "build_report",
+    "compare_payload",
+    "read_payload",
+    "render",
+    "serve",
+]
+
+
+def render(payload: dict[str, Any]) -> str:
+    """The HTML page for a payload (``payload["kind"]`` is "run" or "compare")."""
+    title = html.escape(str(payload.get("title", "cairn report")))
+    sub = html.escape(str(payload.get("run_dir", "")))
+    gen = html.escape(str(payload.get("generated", "")))
+    data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    links = (
+        ""
+        if payload.get("kind") == "compare"
+        else "".join(
+            f'<a href="#{a}">{b}</a>'
+            for a, b in [
+                ("overview", "Overview"),
+                ("curves", "Curves"),
+                ("evals", "Evaluations"),
+                ("trajectories", "Trajectories"),
+                ("config", "Config"),
+            ]
+        )
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title} · cairn</title>
+<style>{CSS}</style></head>
+<body>
+<header><h1>{title}</h1><div class="sub">{sub} · report generated {gen} by cairn</div></header>
+<nav>{links}</nav>
+<main id="main"></main>
+<div id="detail"></div>
+<script id="cairn-data" type="application/json">{data}</script>
+<script>{JS}</script>
+</body></html>
+"""
+
+
+def read_payload(report: Path) -> dict[str, Any]:
+    """The JSON data embedded in a report written by `render` (ValueError if there is none)."""
+    text = Path(report).read_text(encoding="utf-8")
+    start = text.find(_DATA_TAG)
+    end = text.find("</script>", start)
+    if start < 0 or end < 0:
+        raise ValueError(f"{str(report)!r} holds no cairn report data")
+    return json.loads(text[start + len(_DATA_TAG) : end])
+
+
+_DATA_TAG = '<script id="cairn-data" type="application/json">'
+
+
+def _write(text: str, out: Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def build_report(run_dir: Path, out: Path | None = None, sampling: Sampling | None = None) -> Path:
+    """Write the run report (default ``RUN_DIR/report.html``) and return its path.
+
+    ``sampling`` defaults to the run config's ``log.report_*`` keys (24 iterations, 4
+    groups, 32 episodes when absent). ValueError when ``run_dir`` is not a run directory.
+    """
+    run_dir = Path(run_dir)
+    if sampling is None:
+        sampling = sampling_of(run_dir)
+    data = load_run(run_dir, sampling)
+    return _write(render(run_payload(data, sampling)), out or run_dir / "report.html")
+
+
+def sampling_of(run_dir: Path) -> Sampling:
+    """The sampling rule from the run's ``config.yaml`` (``log.report_*``), else defaults."""
+    from cairn.report.rundata import _config
+
+    log = _config(Path(run_dir))[0].get("log") or {}
+    keys = {"iterations": "report_iterations", "groups": "report_groups"}
+    keys["episodes"] = "report_episodes"
+    given = {k: log[v] for k, v in keys.items() if isinstance(log.get(v), int)}
+    return Sampling(**given)
+
+
+# -- comparison ---------------------------------------------------------------------------------
+def _band(curves: list[list[list[float]]]) -> dict[str, list[float]]:
+    """Seeds' (episodes, success) curves on a common grid: mean, min, max (as plot_compare)."""
+    arrs = [np.asarray(c, dtype=float).reshape(-1, 2) for c in curves if len(c)]
+    if not arrs:
+        return {"grid": [], "mean": [], "lo": [], "hi": []}
+    grid = np.unique(np.concatenate([a[:, 0] for a in arrs]))
+    grid = grid[grid <= min(a[-1, 0] for a in arrs)]
+    ys = np.stack([np.interp(grid, a[:, 0], a[:, 1]) for a in arrs])  # (seeds, len(grid))
+    return {
+        "grid": grid.tolist(),
+        "mean": ys.mean(0).tolist(),
+        "lo": ys.min(0).tolist(),
+        "hi": ys.max(0).tolist(),
+    }
+
+
+def _cell(v: Any, digits: int = 3) -> str | None:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return None
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def compare_payload(summary: dict[str, Any], title: str = "comparison") -> dict[str, Any]:
+    """The compare report's data from a ``compare.json`` summary."""
+    if not isinstance(summary, dict) or not isinstance(summary.get("configs"), dict):
+        raise ValueError("a compare summary needs a 'configs' mapping (see compare.json)")
+    tgt = summary.get("target")
+    configs, rows = [], []
+    for name, c in summary["configs"].items():
+        curves = c.get("curves") or []
+        finals = [float(x) for x in c.get("final_success") or [] if x is not None]
+        mean = c.get("final_success_mean", float(np.mean(finals)) if finals else None)
+        configs.append(
+            {
+                "name": name,
+                "seeds": c.get("seeds", len(curves)),
+                **_band(curves),
+                "per_seed": [
+                    {"x": [p[0] for p in cv], "y": [p[1] for p in cv]} for cv in curves if cv
+                ],
+                "finals": finals,
+                "final_mean": mean,
+                "ci95": c.get("final_success_ci95"),
+            }
+        )
+        per = ", ".join("-" if e is None else str(e) for e in c.get("episodes_to_target") or [])
+        ci = c.get("final_success_ci95")
+        secs = c.get("train_seconds") or []
+        rows.append(
+            [
+                name,
+                c.get("seeds"),
+                per,
+                _cell(c.get("episodes_to_target_mean"), 0),
+                c.get("reached"),
+                ", ".join(f"{x:.3f}" for x in finals),
+                None if mean is None else f"{mean:.3f}" + ("" if ci is None else f" ± {ci:.3f}"),
+                _cell(float(np.mean(secs)) if secs else None, 0),
+            ]
+        )
+    columns = ["config", "seeds", f"episodes to {tgt} (per seed)", "mean", "reached"]
+    columns += ["final success (per seed)", "mean ± 95% CI", "train seconds (mean)"]
+    return {
+        "kind": "compare",
+        "title": title,
+        "target": tgt,
+        "configs": configs,
+        "table": {"columns": columns, "rows": rows},
+    }
+
+
+def build_compare_report(compare_dir: Path, out: Path | None = None) -> Path:
+    """Write ``compare.html`` beside ``compare.json`` (or at ``out``); return its path."""
+    compare_dir = Path(compare_dir)
+    path = compare_dir / "compare.json"
+    try:
+        summary = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{str(path)!r} does not exist (run cairn compare first)") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{str(path)!r} is not valid JSON: {err}") from None
+    payload = compare_payload(summary, title=f"comparison: {compare_dir.name}")
+    payload["run_dir"] = str(compare_dir)
+    return _write(render(payload), out or compare_dir / "compare.html")
+
+
+# -- serving ------------------------------------------------------------------------------------
+LOOPBACK = "127.0.0.1"
+
+
+def _handler(page: bytes) -> type[BaseHTTPRequestHandler]:
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] not in ("/", "/index.html", "/report.html"):
+                self.send_error(404, "only the report is served here")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+    return Page
+
+
+def serve(
+    report: Path,
+    port: int = 0,
+    *,
+    seconds: float | None = None,
+    ready: Callable[[str, ThreadingHTTPServer], None] | None = None,
+) -> None:
+    """Serve one report file on http://127.0.0.1:PORT/ until Ctrl-C or ``seconds`` pass.
+
+    Binds the loopback address only; ``port`` 0 picks a free port. ``ready(url, server)``
+    is called once listening (tests use it to read the address and stop the server).
+    """
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"port must be in 0..65535, got {port}")
+    page = Path(report).read_bytes()
+    server = ThreadingHTTPServer((LOOPBACK, int(port)), _handler(page))
+    server.daemon_threads = True
+    host, bound = server.server_address[:2]
+    url = f"http://{host}:{bound}/"
+    timer = None
+    if seconds is not None:
+        timer = threading.Timer(seconds, server.shutdown)
+        timer.daemon = True
+        timer.start()
+    try:
+        if ready is not None:
+            ready(url, server)
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if timer is not None:
+            timer.cancel()
+        server.server_close()

@@ -1,0 +1,259 @@
+"""Reading a run directory for a report, with the sampling rule that keeps a report small.
+
+A run directory (see `cairn.train.trainer`) holds ``config.yaml``, ``metrics.jsonl``,
+``summary.json`` and ``trajectories/iter_XXXXXX.jsonl.gz`` (one episode record per line,
+`cairn.data.episode.to_records`). Everything is read defensively: a missing file gives an
+empty section, a truncated gzip (a killed run) or a bad line is skipped and counted.
+
+Sampling rule (`Sampling`), stated in every report:
+    iterations  of the n iterations that have a dump, at most M at evenly spaced positions
+                ``floor(i*(n-1)/(M-1) + 1/2)``, i = 0..M-1: the first and the last are
+                always in (M = 1: the last only);
+    groups      in each of those, at most K groups, evenly spaced in the same way over the
+                dump's groups in file order;
+    episodes    in each group, at most E episodes: the first E in file order.
+Only the sampled lines are parsed as JSON (a group id is found with a regex), so the time
+to read a dump grows with its bytes, not with JSON work on episodes that are not shown.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "Dump",
+    "RunData",
+    "Sampling",
+    "evenly_spaced",
+    "load_run",
+    "read_dump",
+    "read_jsonl",
+    "trajectory_files",
+]
+
+_ITER = re.compile(r"^iter_(\d+)\.jsonl(\.gz)?$")
+_GROUP = re.compile(r'"group"\s*:\s*(-?\d+)')
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """At most ``iterations`` iterations, ``groups`` groups each, ``episodes`` per group."""
+
+    iterations: int = 24
+    groups: int = 4
+    episodes: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "groups", "episodes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"Sampling.{name} must be an integer >= 1, got {v!r}")
+
+    def describe(self) -> str:
+        return (
+            f"at most {self.iterations} of the dumped iterations, evenly spaced (the first and "
+            f"last always included); in each, at most {self.groups} groups, evenly spaced over "
+            f"the dump's groups in file order; in each group, the first {self.episodes} episodes."
+        )
+
+
+def evenly_spaced(n: int, k: int) -> list[int]:
+    """Sorted distinct indices of at most ``k`` of ``n`` items, evenly spaced.
+
+    ``k >= n``: all of them; ``k = 1``: the last; otherwise ``floor(i*(n-1)/(k-1) + 1/2)``
+    for i = 0..k-1, which starts at 0, ends at n-1 and never repeats (the step is >= 1).
+    """
+    if n < 0 or k < 1:
+        raise ValueError(f"evenly_spaced needs n >= 0 and k >= 1, got n={n}, k={k}")
+    if k >= n:
+        return list(range(n))
+    if k == 1:
+        return [n - 1]
+    return [math.floor(i * (n - 1) / (k - 1) + 0.5) for i in range(k)]
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """(objects, number of unreadable lines) of a JSONL file; ([], 0) when it is missing."""
+    path = Path(path)
+    if not path.exists():
+        return [], 0
+    rows, bad = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(obj, dict):
+            rows.append(obj)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def trajectory_files(run_dir: Path) -> list[tuple[int, Path]]:
+    """(iteration, path) of every dump in ``run_dir/trajectories``, by iteration."""
+    folder = Path(run_dir) / "trajectories"
+    if not folder.is_dir():
+        return []
+    found = {}
+    for p in folder.iterdir():
+        m = _ITER.match(p.name)
+        if m and p.is_file():
+            found.setdefault(int(m.group(1)), p)  # .jsonl.gz and .jsonl: keep one
+    return sorted(found.items())
+
+
+@dataclass
+class Dump:
+    """The sampled part of one iteration's dump.
+
+    ``groups``: (group id, [episode records]) in file order; ``n_groups`` / ``n_episodes``:
+    how many the whole dump holds; ``skipped``: unreadable lines (or a truncated tail).
+    """
+
+    iteration: int
+    groups: list[tuple[int, list[dict[str, Any]]]]
+    n_groups: int
+    n_episodes: int
+    skipped: int = 0
+
+
+def _lines(path: Path) -> tuple[list[str], int]:
+    """Text lines of a dump (gzip or plain); a truncated gzip keeps what was readable."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    lines: list[str] = []
+    try:
+        with opener(path, "rt", errors="replace") as f:
+            for line in f:
+                lines.append(line)
+    except (EOFError, OSError, zlib.error):
+        return lines, 1
+    return lines, 0
+
+
+def _group_of(line: str) -> int | None:
+    m = _GROUP.search(line)
+    if m is not None:
+        return int(m.group(1))
+    try:
+        g = json.loads(line).get("group")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return g if isinstance(g, int) else None
+
+
+def read_dump(path: Path, iteration: int, sampling: Sampling) -> Dump:
+    """Read one dump, parsing only the lines of the sampled groups and episodes."""
+    lines, skipped = _lines(Path(path))
+    by_group: dict[int, list[str]] = {}
+    n_episodes = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        g = _group_of(line)
+        if g is None:
+            skipped += 1
+            continue
+        by_group.setdefault(g, []).append(line)
+        n_episodes += 1
+    order = list(by_group)
+    groups = []
+    for i in evenly_spaced(len(order), sampling.groups):
+        records = []
+        for line in by_group[order[i]][: sampling.episodes]:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                skipped += 1
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+        if records:
+            groups.append((order[i], records))
+    return Dump(iteration, groups, len(order), n_episodes, skipped)
+
+
+@dataclass
+class RunData:
+    """Everything a run report shows, as read from disk."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    config_text: str
+    metrics: list[dict[str, Any]]
+    summary: dict[str, Any]
+    evals: list[dict[str, Any]]
+    dumped: list[int]  # iterations that have a dump
+    dumps: list[Dump] = field(default_factory=list)
+    skipped: int = 0  # unreadable lines over metrics and the sampled dumps
+
+
+def _config(run_dir: Path) -> tuple[dict[str, Any], str]:
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return {}, ""
+    text = path.read_text(errors="replace")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}, text
+    return (data if isinstance(data, dict) else {}), text
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _evals(summary: dict[str, Any], metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Evaluations from summary.json, else from the eval/ keys of the metrics rows."""
+    evals = summary.get("evals")
+    if isinstance(evals, list) and evals:
+        return [e for e in evals if isinstance(e, dict)]
+    out = []
+    for m in metrics:
+        ev = {k: v for k, v in m.items() if k.startswith("eval/")}
+        if ev:
+            out.append({"iteration": m.get("iteration"), "episodes": m.get("episodes"), **ev})
+    return out
+
+
+def load_run(run_dir: Path, sampling: Sampling | None = None) -> RunData:
+    """Read a run directory; ValueError when it is not one (no config, metrics or dumps)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"{str(run_dir)!r} is not a directory (expected a run directory)")
+    sampling = sampling or Sampling()
+    config, config_text = _config(run_dir)
+    metrics, bad = read_jsonl(run_dir / "metrics.jsonl")
+    files = trajectory_files(run_dir)
+    if not (config or metrics or files):
+        raise ValueError(
+            f"{str(run_dir)!r} has no config.yaml, metrics.jsonl or trajectories/: "
+            "not a cairn run directory"
+        )
+    summary = _summary(run_dir)
+    data = RunData(run_dir, config, config_text, metrics, summary, _evals(summary, metrics), [])
+    data.dumped = [it for it, _ in files]
+    for i in evenly_spaced(len(files), sampling.iterations):
+        it, path = files[i]
+        dump = read_dump(path, it, sampling)
+        data.skipped += dump.skipped
+        data.dumps.append(dump)
+    data.skipped += bad
+    return data

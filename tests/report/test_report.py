@@ -1,0 +1,204 @@
+"""The HTML reports: what a run report holds, the compare form, the CLI and --serve."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cairn.cli import main
+from cairn.report.html import (
+    build_compare_report,
+    build_report,
+    compare_payload,
+    read_payload,
+    serve,
+)
+from cairn.report.rundata import Sampling
+from cairn.report.synthetic import write_synthetic_run
+
+payload_of = read_payload
+
+
+def test_report_of_a_tiny_real_run_has_every_section(tiny_run):
+    run, _ = tiny_run
+    path = build_report(run)
+    assert path == run / "report.html"
+    html = path.read_text()
+    # Self-contained: no external script, style, image or font.
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html)
+    assert "<style>" in html and "<script>" in html
+    data = payload_of(path)
+    assert data["kind"] == "run" and data["title"] == "sokoban_gigpo"
+    titles = [p["title"] for p in data["curves"]["panels"]]
+    for t in ("success", "return", "invalid rate", "entropy", "seconds per phase"):
+        assert t in titles
+    success = data["curves"]["panels"][0]["series"]
+    assert [s["name"] for s in success] == ["rollout/success", "eval/success"]
+    assert data["curves"]["panels"][0]["series"][0]["x"] == [8, 16]  # episodes after it 1, 2
+    assert data["evals"]["rows"][0][:2] == [0, 0]  # the untrained evaluation
+    assert data["sampling"]["shown"] == [1, 2] and data["sampling"]["dumped"] == 2
+    assert data["parts"] == ["A_E", "A_S"] and data["columns"] == ["G"]
+    group = data["iterations"][-1]["groups"][0]
+    assert len(group["episodes"]) == 4 and group["tree"] is None
+    steps = [s for e in group["episodes"] for s in e["steps"]]
+    assert all(isinstance(s["A"], float) for s in steps)
+    # GiGPO: A = A_E + A_S with step_weight 1 (dump floats have 7 significant digits).
+    for s in steps:
+        assert s["A"] == pytest.approx(s["q"]["A_E"] + s["q"]["A_S"], abs=1e-5)
+    first = {s["a"] for e in group["episodes"] for s in e["steps"] if s["t"] == 0}
+    assert len(first) == 1  # all episodes of a group start in one state: one step group
+
+
+def test_report_matches_the_dumped_records(tiny_run):
+    run, _ = tiny_run
+    data = payload_of(build_report(run, run / "r.html"))
+    with gzip.open(run / "trajectories" / "iter_000002.jsonl.gz", "rt") as f:
+        recs = [json.loads(line) for line in f]
+    shown = data["iterations"][-1]["groups"]
+    by_id = {e["id"]: e for g in shown for e in g["episodes"]}
+    assert set(by_id) == {r["id"] for r in recs}
+    S = data["strings"]
+    for r in recs:
+        e = by_id[r["id"]]
+        assert e["success"] == r["success"] and e["return"] == pytest.approx(r["return"])
+        for st, raw in zip(e["steps"], r["steps"], strict=True):
+            assert (S[st["o"]], S[st["a"]], S[st["x"]]) == (
+                raw["observation"],
+                raw["anchor"],
+                raw["action"],
+            )
+            assert st["A"] == raw["advantage"]
+
+
+def test_trees_demonstrations_tips_and_neighbours_reach_the_report(tmp_path):
+    trees = write_synthetic_run(tmp_path / "elpo", iterations=2, estimator="elpo", trees=True)
+    data = payload_of(build_report(trees))
+    group = data["iterations"][-1]["groups"][0]
+    assert group["tree"]["exact"] and len(group["tree"]["nodes"]) >= 8
+    assert data["parts"] == ["A_b", "A_t"]
+    mixed = write_synthetic_run(tmp_path / "mix", iterations=2, demos=True, tips=True)
+    data = payload_of(build_report(mixed))
+    eps = [e for g in data["iterations"][-1]["groups"] for e in g["episodes"]]
+    assert {e["source"] for e in eps} == {0, 1, 2}
+    tipped = [s for e in eps if e["source"] == 2 for s in e["steps"]]
+    assert all(data["strings"][s["tips"][0]].startswith("move toward") for s in tipped)
+    prox = write_synthetic_run(tmp_path / "prox", iterations=2, estimator="proxmo")
+    data = payload_of(build_report(prox))
+    assert data["tau"] == 0.1
+    group = data["iterations"][-1]["groups"][0]
+    anchors = {s["a"] for e in group["episodes"] for s in e["steps"]}
+    assert set(map(int, group["neighbours"])) == anchors
+
+
+def test_records_with_missing_fields_and_hostile_text_still_build(tmp_path):
+    folder = tmp_path / "trajectories"
+    folder.mkdir()
+    evil = "</script><script>alert(1)</script>"
+    recs = [
+        {"group": 3, "steps": [{"action": evil}]},
+        {"group": 3, "id": 1, "steps": [{"t": 0, "observation": "x", "advantage": None}]},
+        {"group": 3, "id": 2, "steps": [{"t": 0, "reward": 1.0, "shaped": {"overlong": -0.5}}]},
+    ]
+    with gzip.open(folder / "iter_000004.jsonl.gz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in recs))
+    path = build_report(tmp_path)
+    assert evil not in path.read_text()  # escaped inside the JSON, never raw HTML
+    data = payload_of(path)
+    steps = [s for e in data["iterations"][0]["groups"][0]["episodes"] for s in e["steps"]]
+    assert data["strings"][steps[0]["x"]] == evil and steps[1]["A"] is None
+    # Named shaped reward terms become columns; their sum is kept for the learner's reward.
+    assert steps[2]["k"] == {"shaped/overlong": -0.5} and steps[2]["sh"] == -0.5
+
+
+def test_compare_payload_bands_worked_example():
+    summary = {
+        "target": 0.5,
+        "configs": {
+            "a": {
+                "seeds": 2,
+                "curves": [[[0, 0.0], [10, 0.5], [20, 1.0]], [[0, 0.2], [20, 0.6]]],
+                "episodes_to_target": [10, 20],
+                "episodes_to_target_mean": 15.0,
+                "reached": "2/2",
+                "final_success": [1.0, 0.6],
+                "final_success_mean": 0.8,
+                "final_success_ci95": 0.392,
+                "train_seconds": [3.0, 5.0],
+            }
+        },
+    }
+    (c,) = compare_payload(summary)["configs"]
+    # Grid: union of x up to the shortest curve's end (20). Seed 2 at x=10 interpolates to
+    # 0.4, so the mean there is (0.5 + 0.4)/2 = 0.45, band 0.4..0.5.
+    assert c["grid"] == [0, 10, 20]
+    assert c["mean"] == pytest.approx([0.1, 0.45, 0.8])
+    assert c["lo"] == pytest.approx([0.0, 0.4, 0.6]) and c["hi"] == pytest.approx([0.2, 0.5, 1.0])
+    row = compare_payload(summary)["table"]["rows"][0]
+    assert row == ["a", 2, "10, 20", "15", "2/2", "1.000, 0.600", "0.800 ± 0.392", "4"]
+    with pytest.raises(ValueError, match="'configs' mapping"):
+        compare_payload({"target": 1})
+
+
+def test_cli_inspect_prints_the_path_and_handles_compare_folders(tiny_run, tmp_path, capsys):
+    run, _ = tiny_run
+    out = tmp_path / "x" / "report.html"
+    assert main(["inspect", str(run), "--out", str(out), "--groups", "1"]) == 0
+    assert capsys.readouterr().out.strip().endswith(str(out))
+    assert len(payload_of(out)["iterations"][0]["groups"]) == 1
+    cmp_dir = tmp_path / "cmp"
+    cmp_dir.mkdir()
+    (cmp_dir / "compare.json").write_text(json.dumps({"target": 0.8, "configs": {}}))
+    assert main(["inspect", str(cmp_dir)]) == 0
+    assert payload_of(cmp_dir / "compare.html")["kind"] == "compare"
+    assert main(["inspect", str(tmp_path / "nope")]) == 2
+    assert main(["inspect", str(run), "--iterations", "0"]) == 2
+    assert "Sampling.iterations" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="does not exist"):
+        build_compare_report(tmp_path)
+
+
+def test_serve_binds_loopback_only_and_shuts_down(tmp_path):
+    page = tmp_path / "r.html"
+    page.write_text("<html>hello</html>")
+    got: dict = {}
+    started = threading.Event()
+
+    def ready(url, server):
+        got.update(url=url, server=server)
+        started.set()
+
+    th = threading.Thread(target=serve, args=(page,), kwargs={"ready": ready}, daemon=True)
+    th.start()
+    assert started.wait(10)
+    assert got["server"].server_address[0] == "127.0.0.1"
+    assert got["url"].startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(got["url"], timeout=5) as r:
+        assert r.read() == b"<html>hello</html>"
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(got["url"] + "etc/passwd", timeout=5)
+    got["server"].shutdown()
+    th.join(5)
+    assert not th.is_alive()
+
+
+def test_serve_stops_by_itself_after_its_time_limit(tmp_path):
+    page = tmp_path / "r.html"
+    page.write_text("x")
+    th = threading.Thread(target=serve, args=(page,), kwargs={"seconds": 0.3}, daemon=True)
+    th.start()
+    th.join(10)
+    assert not th.is_alive()
+    with pytest.raises(ValueError, match="port must be in"):
+        serve(page, 70000)
+
+
+def test_sampling_from_the_run_config(tiny_run):
+    from cairn.report.html import sampling_of
+
+    assert sampling_of(tiny_run[0]) == Sampling(24, 4, 32)

@@ -66,3 +66,35 @@ def test_minibatch_aligns_old_logprobs_and_advantages():
     torch.testing.assert_close(mb.old_logprobs, torch.tensor([[0.0, -0.3], [-0.1, -0.2]]))
     torch.testing.assert_close(mb.advantages, torch.tensor([[0.0, -1.0], [2.0, 2.0]]))
     assert mb.flags["off_policy"].tolist() == [True, True]
+
+
+def test_train_prompt_and_loss_mask():
+    s0 = Step(
+        t=0,
+        observation="o",
+        anchor="o",
+        action="a",
+        completion="a",
+        reward=0.0,
+        prompt_ids=[5, 9, 6],
+        train_prompt_ids=[5, 6],
+        action_ids=[1, 2, 3],
+        logprobs=[-0.1, -0.2, -0.3],
+        loss_mask=[True, False, True],
+    )
+    s1 = Step(
+        t=1,
+        observation="o",
+        anchor="o",
+        action="b",
+        completion="b",
+        reward=1.0,
+        prompt_ids=[7],
+        action_ids=[4],
+        logprobs=[-0.4],
+    )
+    tb = TokenBatch.from_episodes([Episode(id=0, group=0, task=0, steps=[s0, s1])], np.ones(2))
+    assert tb.prompt_ids == [[5, 6], [7]]  # scored without the tips it was sampled with
+    assert tb.flags["tips_stripped"].tolist() == [True, False]
+    mb = tb.minibatch(np.array([0, 1]))
+    assert mb.mask.tolist() == [[True, False, True], [False, False, True]]

@@ -34,6 +34,8 @@ class Step:
     action_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     allowed: list[list[int]] | None = None
+    train_prompt_ids: list[int] | None = None  # scored on instead of prompt_ids (EMPO2)
+    loss_mask: list[bool] | None = None  # per action token; False: not trained (SSRL)
     columns: dict[str, Any] = field(default_factory=dict)  # optional StepBatch columns
     shaped: dict[str, float] = field(default_factory=dict)  # named reward terms (cairn.rewards)
 

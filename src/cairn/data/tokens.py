@@ -111,15 +111,24 @@ class Minibatch:
     advantages: torch.Tensor
     flags: dict[str, torch.Tensor] = field(default_factory=dict)
     ref_logprobs: torch.Tensor | None = None
+    loss_mask: torch.Tensor | None = None  # (B, A) bool; False drops a token from the loss
 
     @property
     def mask(self) -> torch.Tensor:
-        return self.inputs.action_mask
+        """Action tokens that count in the loss (B, A) bool."""
+        m = self.inputs.action_mask
+        return m if self.loss_mask is None else m & self.loss_mask
 
 
 @dataclass
 class TokenBatch:
-    """N steps ready for the loss. ``flags`` hold per-row arrays (N,), e.g. ``off_policy``."""
+    """N steps ready for the loss. ``flags`` hold per-row arrays (N,), e.g. ``off_policy``.
+
+    ``prompt_ids`` are the prompts the loss scores actions on: a step's ``train_prompt_ids``
+    where it has one (EMPO2's off-policy mode trains without the tips it sampled with,
+    flagged ``tips_stripped``), else the prompt it was sampled from. ``loss_mask`` keeps
+    per-token masks (SSRL masks self-written information out of the loss).
+    """
 
     prompt_ids: list[list[int]]
     action_ids: list[list[int]]
@@ -128,6 +137,7 @@ class TokenBatch:
     allowed: list[list[list[int]] | None]
     flags: dict[str, np.ndarray] = field(default_factory=dict)
     ref_logprobs: list[list[float]] | None = None
+    loss_mask: list[list[bool]] | None = None
     pad_id: int = 0
 
     @classmethod
@@ -142,13 +152,21 @@ class TokenBatch:
         flags = {"off_policy": source == 1}
         if any("crit" in s.columns for s in steps):  # ELPO: at/after the first bad step
             flags["crit"] = np.array([bool(s.columns.get("crit", False)) for s in steps])
+        if any(s.train_prompt_ids is not None for s in steps):
+            flags["tips_stripped"] = np.array([s.train_prompt_ids is not None for s in steps])
+        loss_mask = None
+        if any(s.loss_mask is not None for s in steps):
+            loss_mask = [s.loss_mask or [True] * len(s.action_ids) for s in steps]
         return cls(
-            prompt_ids=[s.prompt_ids for s in steps],
+            prompt_ids=[
+                s.prompt_ids if s.train_prompt_ids is None else s.train_prompt_ids for s in steps
+            ],
             action_ids=[s.action_ids for s in steps],
             old_logprobs=[s.logprobs for s in steps],
             advantages=np.asarray(advantages, dtype=np.float64),
             allowed=[s.allowed for s in steps],
             flags=flags,
+            loss_mask=loss_mask,
             pad_id=pad_id,
         )
 
@@ -169,10 +187,15 @@ class TokenBatch:
         ref = None
         if self.ref_logprobs is not None:
             ref = right_align([self.ref_logprobs[i] for i in idx], width)
+        loss_mask = None
+        if self.loss_mask is not None:
+            rows = [[float(x) for x in self.loss_mask[i]] for i in idx]
+            loss_mask = right_align(rows, width).bool()
         return Minibatch(
             inputs=inputs,
             old_logprobs=right_align([self.old_logprobs[i] for i in idx], width),
             advantages=adv,
             flags={k: torch.as_tensor(v[idx]) for k, v in self.flags.items()},
             ref_logprobs=ref,
+            loss_mask=loss_mask,
         )

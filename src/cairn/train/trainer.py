@@ -239,6 +239,7 @@ class Trainer:
                     entropy=entropy,
                     ref_logp=mb.ref_logprobs,
                     off_policy=mb.flags.get("off_policy"),
+                    tips_stripped=mb.flags.get("tips_stripped"),
                     clip_low_per_token=None
                     if crit is None
                     else torch.where(crit, cfg.loss.crit_clip_low, cfg.loss.clip_low),

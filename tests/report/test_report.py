@@ -202,3 +202,46 @@ def test_sampling_from_the_run_config(tiny_run):
     from cairn.report.html import sampling_of
 
     assert sampling_of(tiny_run[0]) == Sampling(24, 4, 32)
+
+
+def test_cli_compare_writes_the_html_form(tmp_path, monkeypatch, capsys):
+    import cairn.train.compare as compare_mod
+
+    summary = {
+        "target": 0.5,
+        "configs": {
+            name: {
+                "seeds": 2,
+                "curves": [[[0, 0.1], [64, 0.4 + d]], [[0, 0.0], [64, 0.6 + d]]],
+                "episodes_to_target": [None, 64],
+                "episodes_to_target_mean": 64.0,
+                "reached": "1/2",
+                "final_success": [0.4 + d, 0.6 + d],
+                "final_success_mean": 0.5 + d,
+                "final_success_ci95": 0.196,
+                "untrained_success": [0.1, 0.0],
+                "train_seconds": [10.0, 12.0],
+            }
+            for name, d in (("sokoban_grpo", 0.0), ("sokoban_gigpo", 0.2))
+        },
+    }
+
+    def fake_compare(configs, seeds, out, *args):  # the training part is tested elsewhere
+        out.mkdir(parents=True)
+        (out / "compare.json").write_text(json.dumps(summary))
+        return summary
+
+    monkeypatch.setattr(compare_mod, "compare", fake_compare)
+    out = tmp_path / "cmp"
+    assert main(["compare", "a.yaml", "b.yaml", "--out", str(out)]) == 0
+    assert f"report: {out / 'compare.html'}" in capsys.readouterr().out
+    data = read_payload(out / "compare.html")
+    assert [c["name"] for c in data["configs"]] == ["sokoban_grpo", "sokoban_gigpo"]
+    assert data["table"]["rows"][1][6] == "0.700 ± 0.196"
+
+
+def test_cli_serve_is_bounded_by_serve_seconds(tiny_run, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    args = ["inspect", str(tiny_run[0]), "--out", str(out), "--serve", "--serve-seconds", "0.3"]
+    assert main(args) == 0
+    assert "serving http://127.0.0.1:" in capsys.readouterr().out

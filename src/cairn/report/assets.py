@@ -278,7 +278,7 @@ function evalSection() {
 }
 
 const afterMount = [];
-const state = {it: Math.max(0, D.iterations.length - 1), success: 'all', task: 'all', sign: 'all', q: ''};
+const state = {it: Math.max(0, (D.iterations || []).length - 1), success: 'all', task: 'all', sign: 'all', q: ''};
 function trajSection() {
   const sec = section('trajectories', 'Trajectories and credit');
   if (!D.iterations.length) { sec.append(h('div', {cls: 'empty', text: 'no trajectory dump in this run'})); return sec; }

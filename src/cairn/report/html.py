@@ -15,6 +15,7 @@ import json
 import math
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,7 @@ def compare_payload(summary: dict[str, Any], title: str = "comparison") -> dict[
     return {
         "kind": "compare",
         "title": title,
+        "generated": datetime.now().isoformat(timespec="seconds"),
         "target": tgt,
         "configs": configs,
         "table": {"columns": columns, "rows": rows},

@@ -104,6 +104,7 @@ def test_records_with_missing_fields_and_hostile_text_still_build(tmp_path):
         {"group": 3, "steps": [{"action": evil}]},
         {"group": 3, "id": 1, "steps": [{"t": 0, "observation": "x", "advantage": None}]},
         {"group": 3, "id": 2, "steps": [{"t": 0, "reward": 1.0, "shaped": {"overlong": -0.5}}]},
+        {"group": 3, "id": 3, "meta": {"score": float("nan")}, "steps": []},
     ]
     with gzip.open(folder / "iter_000004.jsonl.gz", "wt") as f:
         f.write("".join(json.dumps(r) + "\n" for r in recs))
@@ -114,6 +115,7 @@ def test_records_with_missing_fields_and_hostile_text_still_build(tmp_path):
     assert data["strings"][steps[0]["x"]] == evil and steps[1]["A"] is None
     # Named shaped reward terms become columns; their sum is kept for the learner's reward.
     assert steps[2]["k"] == {"shaped/overlong": -0.5} and steps[2]["sh"] == -0.5
+    assert data["iterations"][0]["groups"][0]["episodes"][3]["meta"] == {"score": None}
 
 
 def test_compare_payload_bands_worked_example():

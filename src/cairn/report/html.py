@@ -41,7 +41,7 @@ def render(payload: dict[str, Any]) -> str:
     title = html.escape(str(payload.get("title", "cairn report")))
     sub = html.escape(str(payload.get("run_dir", "")))
     gen = html.escape(str(payload.get("generated", "")))
-    data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    data = _dumps(payload).replace("<", "\\u003c")
     links = (
         ""
         if payload.get("kind") == "compare"
@@ -83,6 +83,24 @@ def read_payload(report: Path) -> dict[str, Any]:
 
 
 _DATA_TAG = '<script id="cairn-data" type="application/json">'
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities (JSON.parse rejects them) to None, anywhere in ``obj``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _dumps(payload: dict[str, Any]) -> str:
+    try:
+        return json.dumps(payload, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError):  # a NaN or an odd type in free-form fields (meta, extras)
+        return json.dumps(_finite(payload), separators=(",", ":"), allow_nan=False, default=str)
 
 
 def _write(text: str, out: Path) -> Path:

@@ -217,6 +217,11 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _to_target(summary: dict[str, Any]) -> Any:
+    hit = summary.get("episodes_to_target")
+    return "not reached" if hit is None and summary.get("target") is not None else hit
+
+
 def _overview(data: RunData) -> list[list[str]]:
     cfg, s = data.config, data.summary
     last = data.metrics[-1] if data.metrics else {}
@@ -229,7 +234,7 @@ def _overview(data: RunData) -> list[list[str]]:
         ("untrained greedy success", s.get("untrained_success")),
         ("final greedy success", s.get("eval_success")),
         ("best greedy success", s.get("best_eval_success")),
-        (f"episodes to success {s.get('target', '')}".strip(), s.get("episodes_to_target")),
+        (f"episodes to success {s.get('target', '')}".strip(), _to_target(s)),
         ("train seconds", s.get("train_seconds", last.get("time/train_seconds"))),
         ("wall seconds", s.get("wall_seconds")),
     ]

@@ -213,9 +213,8 @@ def _metrics(it: int, episodes: list[Episode], rng) -> dict[str, Any]:
 
 
 def _records(episodes: list[Episode], estimator: str, tips: bool) -> list[dict[str, Any]]:
-    chosen = [e for e in episodes]
-    adv, parts = estimate_parts(estimator, to_step_batch(chosen))
-    recs = to_records(chosen, advantage=adv, **parts)
+    adv, parts = estimate_parts(estimator, to_step_batch(episodes))
+    recs = to_records(episodes, advantage=adv, **parts)
     if tips:
         for r in recs:
             if r["source"] == 2:

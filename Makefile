@@ -10,10 +10,11 @@ $(PY):
 	python3 -m venv $(VENV)
 
 # torch first, pinned to the CPU wheel on disk; the package's own range then installs nothing more.
+# The optional envs and loggers are installed too, so their tests run instead of skipping.
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,envs,loggers]"
 	touch $(STAMP)
 
 demo: $(STAMP)

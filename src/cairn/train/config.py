@@ -117,7 +117,7 @@ class RolloutConfig(_Section):
 class AdvantageConfig(_Section):
     name: str = Field("gigpo", description="Advantage estimator (cairn.advantages.available()).")
     options: dict[str, Any] = Field(
-        default_factory=lambda: {"gamma": 0.9}, description="Keyword options of the estimator."
+        default_factory=dict, description="Keyword options of the estimator (else its defaults)."
     )
     whiten: bool = Field(
         False, description="Subtract the batch mean and divide by the std after estimating."
@@ -188,6 +188,12 @@ class CriticConfig(_Section):
         1.0, ge=0, le=1, description="Discount of the return target when the estimator gives none."
     )
 
+    offpolicy_shaping_gamma: float = Field(
+        0.1, gt=0, description="LUFFY: f(p) = p / (p + gamma) on demonstration tokens."
+    )
+    turn_mask_threshold: float | None = Field(
+        -5.0, le=0, description="EMPO2: drop a tips-stripped turn whose min old logprob is below."
+    )
 
 class TrainConfig(_Section):
     iterations: int = Field(1000, gt=0, description="Maximum training iterations.")

@@ -158,6 +158,12 @@ class LossSection(_Section):
     norm_len: int | None = Field(
         None, gt=0, description="Constant length for seq-mean-token-sum-norm."
     )
+    offpolicy_shaping_gamma: float = Field(
+        0.1, gt=0, description="LUFFY: f(p) = p / (p + gamma) on demonstration tokens."
+    )
+    turn_mask_threshold: float | None = Field(
+        -5.0, le=0, description="EMPO2: drop a tips-stripped turn whose min old logprob is below."
+    )
     crit_clip_low: float = Field(
         0.315,
         ge=0,
@@ -188,12 +194,6 @@ class CriticConfig(_Section):
         1.0, ge=0, le=1, description="Discount of the return target when the estimator gives none."
     )
 
-    offpolicy_shaping_gamma: float = Field(
-        0.1, gt=0, description="LUFFY: f(p) = p / (p + gamma) on demonstration tokens."
-    )
-    turn_mask_threshold: float | None = Field(
-        -5.0, le=0, description="EMPO2: drop a tips-stripped turn whose min old logprob is below."
-    )
 
 class TrainConfig(_Section):
     iterations: int = Field(1000, gt=0, description="Maximum training iterations.")

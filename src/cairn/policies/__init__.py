@@ -1,7 +1,10 @@
 """Policies: every model is a transformers ``AutoModelForCausalLM``.
 
 ``build_policy`` gives the tiny default (config + tokenizer built locally from the env's
-vocabulary) or loads any local model directory (``model.path``), or a checkpoint.
+vocabulary) or loads any model by local directory or hub name (``model.path``), or a
+checkpoint; optionally with gradient checkpointing and LoRA adapters (``model.lora``, peft).
+A LoRA checkpoint holds only the adapters: the base comes from ``model.path`` (or the tiny
+default, rebuilt from the seed) and the adapters from the checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from transformers.utils import logging as hf_logging
 from cairn.agent import TEMPLATE_WORDS
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation, HFPolicy
+from cairn.policies.lora import LoraSpec, apply_lora, load_adapters
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.policies.tokenizer import bpe_tokenizer, word_tokenizer
 
@@ -45,15 +49,19 @@ def build_policy(
     # The tiny default runs eager attention (fastest for short CPU sequences); a resumed
     # run must use the same kernels as the run it continues, or its numbers drift.
     attn = cfg.attn_implementation or ("eager" if cfg.path is None else None)
-    source = checkpoint or (Path(cfg.path) if cfg.path else None)
+    # A LoRA checkpoint holds adapters only: its base is built as for a fresh run.
+    adapters = checkpoint is not None and (checkpoint / "adapter_config.json").exists()
+    source = checkpoint if checkpoint is not None and not adapters else _model_source(cfg.path)
     if source is not None:
-        if not source.exists():
-            raise FileNotFoundError(f"model path {str(source)!r} does not exist")
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint or source)
         extra = {"attn_implementation": attn} if attn else {}
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     else:
-        tokenizer = local_tokenizer(env, instruction)
+        tokenizer = (
+            AutoTokenizer.from_pretrained(checkpoint)
+            if checkpoint is not None
+            else local_tokenizer(env, instruction)
+        )
         config = tiny_config(
             len(tokenizer),
             arch=cfg.arch,
@@ -68,4 +76,30 @@ def build_policy(
         model = build_tiny_model(config, seed).to(dtype)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if getattr(cfg, "gradient_checkpointing", False):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if adapters:
+        model = load_adapters(model, checkpoint)
+    elif getattr(cfg, "lora", None) is not None:
+        model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
     return HFPolicy(model, tokenizer, device=cfg.device)
+
+
+def _model_source(path: str | None) -> Path | str | None:
+    """A local directory, else a hub name ("org/name"), else None (the tiny default)."""
+    if path is None:
+        return None
+    local = Path(path).expanduser()
+    if local.exists():
+        return local
+    if path.count("/") == 1 and not path.startswith((".", "/", "~")):
+        return path  # a hub name: from_pretrained downloads it (or reads the hub cache)
+    raise FileNotFoundError(f"model path {path!r} does not exist (nor is it a hub 'org/name')")
+
+
+def _lora_kwargs(lora: Any) -> dict[str, Any]:
+    data = lora.model_dump() if hasattr(lora, "model_dump") else dict(lora)
+    targets = data.get("target_modules", "all-linear")
+    if not isinstance(targets, str):
+        data["target_modules"] = tuple(targets)
+    return data

@@ -1,7 +1,8 @@
 """Group rollout: G episodes per task instance (same seed, same initial state), B instances.
 
 All live episodes advance together: each turn builds every active episode's prompt,
-samples all actions in one batched `generate` call, then steps each env.
+samples all actions in one batched `generate` call, then steps every env (`step_all`: envs
+on worker processes, `rollout.workers`, step concurrently; see `cairn.rollout.workers`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from cairn.agent import PromptBuilder, parse_action
 from cairn.data.episode import Episode, Step
 from cairn.envs import TextEnv
 from cairn.policies.hf import HFPolicy
+from cairn.rollout.workers import reset_all, step_all
 
 #: Reset-info keys kept on the episode for rewards that need the task's ground truth.
 TASK_INFO_KEYS = ("answer", "question", "key_steps")
@@ -83,7 +85,7 @@ def rollout(
     episodes = [
         Episode(id=first_episode_id + i, group=g, task=seed) for i, (g, seed) in enumerate(tasks)
     ]
-    states = [env.reset(seed=seed) for env, (_, seed) in zip(envs, tasks, strict=False)]
+    states = reset_all(envs, [seed for _, seed in tasks])
     for episode, (_, info) in zip(episodes, states, strict=True):
         episode.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
     play(policy, envs, episodes, states, prompt, settings, generator)
@@ -129,19 +131,22 @@ def play(
             greedy=settings.greedy,
             generator=generator,
         )
+        actions = [parse_action(gen.text, settings.action_pattern) or "" for gen in gens]
+        results = step_all([envs[i] for i in active], actions)  # env workers step together
         still = []
-        for i, ids, gen in zip(active, prompt_ids, gens, strict=True):
-            if _advance(envs[i], episodes[i], states, i, ids, gen, settings):
+        for i, ids, gen, action, result in zip(
+            active, prompt_ids, gens, actions, results, strict=True
+        ):
+            if _advance(episodes[i], states, i, ids, gen, action, result, settings):
                 still.append(i)
         active, played = still, played + 1
     return active
 
 
-def _advance(env, episode, state, i, prompt_ids, gen, settings: RolloutSettings) -> bool:
-    """Apply one sampled action; returns whether the episode goes on."""
+def _advance(episode, state, i, prompt_ids, gen, action, result, settings) -> bool:
+    """Record one applied action and the env's answer; returns whether the episode goes on."""
     obs, info = state[i]
-    action = parse_action(gen.text, settings.action_pattern) or ""
-    next_obs, reward, terminated, truncated, next_info = env.step(action)
+    next_obs, reward, terminated, truncated, next_info = result
     valid = bool(next_info.get("valid", True))
     episode.steps.append(
         Step(

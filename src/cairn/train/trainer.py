@@ -19,6 +19,7 @@ import os
 import time
 from collections import defaultdict
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +33,23 @@ from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode, to_records, to_step_batch
 from cairn.data.tokens import TokenBatch
 from cairn.envs import make
-from cairn.exploration import Exploration
 from cairn.losses import LossConfig, policy_loss
 from cairn.policies import build_policy
 from cairn.policies.critic import Critic, value_loss
+from cairn.policies.engines import make_engine
+from cairn.policies.lora import reference_model
 from cairn.rewards import RewardContext, make_reward
 from cairn.rollout import (
-    EnvPool,
     RolloutContext,
     RolloutSettings,
     make_strategy,
     rollout,
     tasks_for_groups,
 )
+from cairn.rollout.workers import make_env_pool
 from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from cairn.train.config import Config
+from cairn.train.distributed import Dist
 from cairn.train.runlog import RunLog
 
 __all__ = ["Trainer", "episode_stats", "new_run_dir"]
@@ -65,27 +68,39 @@ def new_run_dir(cfg: Config) -> Path:
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
-        self.cfg, self.dir = cfg, Path(run_dir)
+        self.cfg, self.dist = cfg, Dist.from_env()  # under torchrun: one data-parallel rank
+        self.dir = Path(self.dist.broadcast_object(str(run_dir)))  # rank 0's name everywhere
         torch.set_num_threads(cfg.train.threads or os.cpu_count() or 1)
         self.dir.mkdir(parents=True, exist_ok=True)
         ckpt = latest_checkpoint(self.dir) if resume else None
         if resume and ckpt is None:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.dir}")
-        (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        if self.dist.is_main:
+            (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
 
-        env_factory = lambda: make(cfg.env.name, **cfg.env.options)  # noqa: E731
-        self.train_envs, self.eval_envs = EnvPool(env_factory), EnvPool(env_factory)
+        env_factory = partial(make, cfg.env.name, **cfg.env.options)  # picklable for workers
+        workers = (cfg.rollout.workers, cfg.rollout.worker_backend)  # 0: envs in this process
+        self.train_envs = make_env_pool(env_factory, *workers)
+        self.eval_envs = make_env_pool(env_factory, *workers)
         probe = self.train_envs.take(1)[0]
         probe.reset(seed=0)
         self.instruction = cfg.agent.instruction
         self.policy = build_policy(
             cfg.model, probe, self.instruction or probe.instruction, cfg.seed, ckpt
         )
+        self.dist.broadcast_params(self.policy.model)
+        engine_dir = self.dir / "engine" / f"rank{self.dist.rank}"
+        self.engine = make_engine(
+            cfg.rollout.engine, self.policy, cfg.rollout.engine_options, engine_dir,
+            cfg.rollout.temperature,
+        )  # fmt: skip
+        self.policy = self.engine.policy  # vllm: samples on vLLM, scores on the HF model
         chat = (
             self.policy.tokenizer if getattr(self.policy.tokenizer, "chat_template", None) else None
         )
         self.prompt = PromptBuilder(history=cfg.agent.history, chat_template=chat)
-        self.ref_model = copy.deepcopy(self.policy.model).eval() if cfg.loss.kl_coef > 0 else None
+        # The KL reference: LoRA's base with adapters off (no copy), else a frozen copy.
+        self.ref_model = reference_model(self.policy.model) if cfg.loss.kl_coef > 0 else None
         if self.ref_model is not None:
             self.ref_model.requires_grad_(False)
         self.opt = torch.optim.AdamW(
@@ -106,21 +121,22 @@ class Trainer:
             action_pattern=cfg.agent.action_pattern,
         )
         self.strategy = make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
-        # Exploration (EMPO2 memory, LUFFY demos, SGE, LADDER, SSRL) wraps the strategy.
-        self.exploration = Exploration(
-            cfg.exploration, policy=self.policy, prompt=self.prompt, env_factory=env_factory,
-            run_dir=self.dir, seed=cfg.seed,
-        )  # fmt: skip
-        self.strategy = self.exploration.wrap(self.strategy)
         self.rewards = [make_reward(r.name, **r.options) for r in cfg.rewards]
         self.reward_ctx = RewardContext(policy=self.policy, prompt=self.prompt)
         # Random streams: tasks, minibatch order, token sampling (all checkpointed).
         self.task_rng = np.random.default_rng([cfg.seed, 1])
         self.shuffle_rng = np.random.default_rng([cfg.seed, 2])
-        self.sample_gen = torch.Generator().manual_seed(cfg.seed * 7919 + 3)
+        rank = self.dist.rank
+        self.sample_gen = torch.Generator().manual_seed(cfg.seed * 7919 + 3 + 104729 * rank)
+        self.local_groups = len(self.dist.shard(range(cfg.rollout.groups)))  # this rank's share
+        if self.local_groups == 0:
+            raise ValueError(f"rollout.groups={cfg.rollout.groups} < {self.dist.world} ranks")
+        if self.dist.rank:  # other ranks draw other tasks
+            self.task_rng = np.random.default_rng([cfg.seed, 1, self.dist.rank])
         self.iteration, self.episodes, self.train_seconds = 0, 0, 0.0
         self.evals: list[dict[str, Any]] = []
-        self.log = RunLog(self.dir, cfg.log.progress)
+        log_dir = self.dir if self.dist.is_main else self.dir / "ranks" / str(rank)
+        self.log = RunLog(log_dir, cfg.log.progress)
         if ckpt is not None:
             self._restore(ckpt)
 
@@ -147,6 +163,7 @@ class Trainer:
         # --- rollout (+ shaped rewards) --------------------------------------------------------
         tokens_before = self.policy.forward_tokens
         episodes, sampled, dropped = self.collect()
+        engine_stats = self.engine.after_rollout(episodes)  # vllm: trainer log-probs, mismatch
         rollout_tokens = self.policy.forward_tokens - tokens_before
         t1 = time.perf_counter()
         # --- score: one row per step (critic values, if any, fill the value column) ---------
@@ -165,30 +182,31 @@ class Trainer:
         actor = self.update(tokens)
         if self.critic is not None:
             actor.update(self.update_critic(tokens, batch, parts))
+        self.engine.sync()  # vllm: the new weights to the sampler
         t3 = time.perf_counter()
         # --- log -----------------------------------------------------------------------------
-        self.episodes += sampled
-        self.train_seconds += t3 - t0
+        self.episodes += int(self.dist.sum(sampled))
+        self.train_seconds = self.dist.broadcast_object(self.train_seconds + t3 - t0)
         if cfg.log.trajectories_every and self.iteration % cfg.log.trajectories_every == 0:
             self._dump(episodes, adv, parts)
-        return {
+        return self.dist.mean_metrics({
             "iteration": self.iteration,
             "episodes": self.episodes,
             "steps": len(batch),
-            **episode_stats([e for e in episodes if e.source != 1] or episodes, "rollout"),
+            **episode_stats(episodes, "rollout"),
             "rollout/forward_tokens": rollout_tokens,
             "rollout/dropped_groups": dropped,
             "adv/mean": float(adv.mean()),
             "adv/std": float(adv.std()),
             "adv/abs_max": float(np.abs(adv).max()),
             **actor,
-            **self.exploration.metrics(),
             "time/rollout": t1 - t0,
             "time/advantage": t2 - t1,
             "time/update": t3 - t2,
             "time/iteration": t3 - t0,
             "time/train_seconds": self.train_seconds,
-        }
+            **engine_stats,
+        })  # fmt: skip
 
     def collect(self) -> tuple[list[Episode], int, int]:
         """B groups of G episodes with rewards applied: (episodes, sampled, dropped groups).
@@ -201,7 +219,7 @@ class Trainer:
         sampled = dropped = 0
         rounds = cfg.max_sampling_rounds if cfg.dynamic_sampling else 1
         for r in range(rounds):
-            need = cfg.groups - len({e.group for e in kept})
+            need = self.local_groups - len({e.group for e in kept})
             seeds = self.task_rng.integers(0, TRAIN_SEED_RANGE, size=need)
             ctx = RolloutContext(
                 self.policy,
@@ -216,14 +234,13 @@ class Trainer:
                 e.group += r * cfg.groups
             for reward in self.rewards:
                 reward(new, self.reward_ctx)
-            self.exploration.observe(new)  # EMPO2: tips written after every episode
             sampled += len(new)
             if not cfg.dynamic_sampling:
                 return new, sampled, 0
             informative = _groups_with_signal(new)
             dropped += len({e.group for e in new}) - len(informative)
             kept += [e for e in new if e.group in informative]
-            if len({e.group for e in kept}) >= cfg.groups:
+            if len({e.group for e in kept}) >= self.local_groups:
                 break
         return kept or new, sampled, dropped  # all flat: train on the last round (A = 0)
 
@@ -232,11 +249,11 @@ class Trainer:
         cfg, model = self.cfg, self.policy.model
         model.train()
         n = len(tokens)
-        chunks = max(1, round(n / cfg.optim.minibatch_size))
+        chunks = self.dist.max_int(max(1, round(n / cfg.optim.minibatch_size)))  # same on all ranks
         sums: dict[str, list[float]] = defaultdict(list)
         for _ in range(cfg.optim.epochs):
             for idx in np.array_split(self.shuffle_rng.permutation(n), chunks):
-                mb = tokens.minibatch(idx)
+                mb = self.engine.reweight(tokens.minibatch(idx), idx)  # vllm: TIS weights
                 logp, entropy = self.policy.score(mb.inputs, cfg.rollout.temperature)
                 crit = mb.flags.get("crit")  # ELPO: widen eps_low from the first bad step on
                 loss, metrics = policy_loss(
@@ -253,8 +270,10 @@ class Trainer:
                     if crit is None
                     else torch.where(crit, cfg.loss.crit_clip_low, cfg.loss.clip_low),
                 )
+                loss = loss * self.dist.loss_scale(mb.mask, cfg.loss.agg)  # global aggregate
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
+                self.dist.sync_grads(model)  # data parallel: average gradients over ranks
                 if cfg.optim.max_grad_norm is not None:
                     norm = torch.nn.utils.clip_grad_norm_(
                         model.parameters(), cfg.optim.max_grad_norm
@@ -300,7 +319,7 @@ class Trainer:
         v_old = torch.as_tensor(batch.value, dtype=torch.float32)
         target = torch.as_tensor(target, dtype=torch.float32)
         n = len(batch)
-        chunks = max(1, round(n / cfg.optim.minibatch_size))
+        chunks = self.dist.max_int(max(1, round(n / cfg.optim.minibatch_size)))
         sums: dict[str, list[float]] = defaultdict(list)
         self.critic.train()
         for _ in range(cfg.critic.epochs or cfg.optim.epochs):
@@ -309,6 +328,7 @@ class Trainer:
                 loss, metrics = value_loss(v, v_old[idx], target[idx], cfg.critic.value_clip)
                 self.critic_opt.zero_grad(set_to_none=True)
                 loss.backward()
+                self.dist.sync_grads(self.critic)
                 if cfg.optim.max_grad_norm is not None:
                     torch.nn.utils.clip_grad_norm_(
                         self.critic.parameters(), cfg.optim.max_grad_norm
@@ -335,13 +355,13 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Greedy episodes on held-out seeds (``eval.seed_offset + i``)."""
         cfg = self.cfg
-        seeds = cfg.eval.seed_offset + np.arange(cfg.eval.episodes)
+        seeds = self.dist.shard(cfg.eval.seed_offset + np.arange(cfg.eval.episodes))
         tasks = tasks_for_groups(seeds, 1)
         settings = RolloutSettings(**{**self.sampling.__dict__, "greedy": True})
         episodes = rollout(
             self.policy, self.eval_envs.take(len(tasks)), tasks, self.prompt, settings
         )
-        return episode_stats(episodes, "eval")
+        return self.dist.mean_metrics(episode_stats(episodes, "eval"))
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _done(self) -> bool:
@@ -395,11 +415,11 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
             "critic_optimizer": self.critic_opt.state_dict() if self.critic_opt else None,
-            "exploration": self.exploration.state_dict(),
-            "rewards": [r.state_dict() if hasattr(r, "state_dict") else None for r in self.rewards],
         }
 
     def _save(self) -> None:
+        if not self.dist.is_main:  # every rank holds the same weights
+            return
         extra = {"critic": self.critic.save} if self.critic is not None else {}
         save_checkpoint(
             self.dir,
@@ -424,11 +444,6 @@ class Trainer:
             self.ref_model.load_state_dict(state["ref_model"])
         if self.critic_opt is not None and state.get("critic_optimizer") is not None:
             self.critic_opt.load_state_dict(state["critic_optimizer"])
-        if "exploration" in state:
-            self.exploration.load_state_dict(state["exploration"])
-        for reward, saved in zip(self.rewards, state.get("rewards", []), strict=False):
-            if saved is not None:
-                reward.load_state_dict(saved)
         self.log.truncate_after(self.iteration)
         self.log.say(f"resumed from {ckpt.name} (iteration {self.iteration})")
 
@@ -457,14 +472,15 @@ class Trainer:
     def _finish(self, summary: dict[str, Any]) -> None:
         from cairn.report.plots import plot_run
 
-        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        try:
-            plot_run(self.dir)
-        except Exception as err:  # a plot never fails a finished run
-            self.log.say(f"[yellow]plotting failed: {err}[/yellow]")
+        if self.dist.is_main:
+            (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            try:
+                plot_run(self.dir)
+            except Exception as err:  # a plot never fails a finished run
+                self.log.say(f"[yellow]plotting failed: {err}[/yellow]")
+        self.engine.close()
         self.train_envs.close()
         self.eval_envs.close()
-        self.exploration.close()
 
 
 def _groups_with_signal(episodes: list[Episode]) -> set[int]:

@@ -1,0 +1,96 @@
+"""Generation engines: who samples the actions during a rollout (``rollout.engine``).
+
+``hf`` samples with the transformers model that is trained (``HFPolicy.generate``).
+``vllm`` samples with a vLLM engine that holds its own copy of the weights
+(``cairn.policies.vllm_engine``), synchronised after every update.
+
+The trainer talks to an engine through three hooks, one per place in the iteration:
+
+    metrics = engine.after_rollout(episodes)   # behaviour log-probs, mismatch check
+    mb = engine.reweight(mb, idx)              # per-token importance correction, if any
+    engine.sync()                              # new weights to the sampler
+
+The ``hf`` engine's hooks do nothing: its samples come from the trained weights themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from cairn.data.episode import Episode
+from cairn.data.tokens import Minibatch
+from cairn.policies.hf import HFPolicy
+
+__all__ = ["ENGINES", "Engine", "HFEngine", "make_engine", "validate_engine_options"]
+
+ENGINES = ("hf", "vllm")
+
+
+class Engine(Protocol):
+    policy: HFPolicy
+
+    def after_rollout(self, episodes: Sequence[Episode]) -> dict[str, float]: ...
+
+    def reweight(self, mb: Minibatch, idx: np.ndarray) -> Minibatch: ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class HFEngine:
+    """The transformers backend: generation and training share one model; no hooks needed."""
+
+    def __init__(self, policy: HFPolicy):
+        self.policy = policy
+
+    def after_rollout(self, episodes: Sequence[Episode]) -> dict[str, float]:
+        return {}
+
+    def reweight(self, mb: Minibatch, idx: np.ndarray) -> Minibatch:
+        return mb
+
+    def sync(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def validate_engine_options(name: str, options: dict[str, Any]) -> None:
+    """Raise ValueError for an unknown engine, or options (keys or values) it does not take.
+
+    Needs no engine installed: vLLM's options are checked without importing vLLM.
+    """
+    if name not in ENGINES:
+        raise ValueError(f"unknown rollout engine {name!r}; available: {', '.join(ENGINES)}")
+    if name == "hf":
+        if options:
+            raise ValueError(f"rollout engine 'hf' takes no options, got {sorted(options)}")
+        return
+    from cairn.policies.vllm_engine import VLLMOptions
+
+    VLLMOptions.from_dict(options)
+
+
+def make_engine(
+    name: str,
+    policy: HFPolicy,
+    options: dict[str, Any] | None = None,
+    workdir: Path | None = None,
+    temperature: float = 1.0,
+) -> Engine:
+    """The engine ``name`` around the trained ``policy``; vLLM writes its files to ``workdir``."""
+    options = options or {}
+    validate_engine_options(name, options)
+    if name == "hf":
+        return HFEngine(policy)
+    from cairn.policies.vllm_engine import VLLMEngine, VLLMOptions
+
+    if workdir is None:
+        raise ValueError("the vllm engine needs a workdir for its model and adapter files")
+    return VLLMEngine(policy, VLLMOptions.from_dict(options), workdir, temperature)

@@ -1,0 +1,190 @@
+"""LoRA adapters through peft, and the frozen reference a KL penalty needs.
+
+LoRA (Hu et al., arXiv 2106.09685, eq. 3): a frozen weight W0 (d_out, d_in) gets a trainable
+low-rank update, ``h = W0 x + (alpha / r) * B A x`` with A (r, d_in), B (d_out, r) and B = 0 at
+initialisation, so the adapted model starts equal to the base model. Only A and B train.
+
+With adapters, the reference policy of a KL penalty is the base model itself: the same
+module run with the adapters disabled (``AdapterDisabled``), which costs no second copy of
+the weights. A full fine-tune keeps a frozen deep copy instead (``reference_model``).
+
+``merged_state_dict`` gives the weights as a plain (un-adapted) model names them, with
+``W0 + (alpha / r) B A`` folded in: what an inference engine that knows nothing of adapters
+(vLLM without LoRA support switched on) loads after each update.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "AdapterDisabled",
+    "LoraSpec",
+    "apply_lora",
+    "has_adapters",
+    "load_adapters",
+    "merged_state_dict",
+    "plain_model",
+    "reference_model",
+    "trainable_parameters",
+]
+
+_INSTALL = "LoRA needs peft: pip install 'cairn-rl[lora]'"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """Rank ``r``, scale numerator ``alpha`` (the update is scaled by alpha / r), the modules
+    to adapt (a list of module-name suffixes, or ``"all-linear"``: every linear layer but the
+    output head) and dropout on the adapter input."""
+
+    r: int = 8
+    alpha: float = 16.0
+    target_modules: str | tuple[str, ...] = "all-linear"
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.r, int) and self.r > 0):
+            raise ValueError(f"lora r must be a positive integer, got {self.r!r}")
+        if not self.alpha > 0:
+            raise ValueError(f"lora alpha must be > 0, got {self.alpha!r}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"lora dropout must be in [0, 1), got {self.dropout!r}")
+        targets = self.target_modules
+        if isinstance(targets, str):
+            if targets != "all-linear":
+                raise ValueError(
+                    f"lora target_modules {targets!r}: give 'all-linear' or a list of module "
+                    "names such as ['q_proj', 'v_proj']"
+                )
+        elif not targets or not all(isinstance(t, str) and t for t in targets):
+            raise ValueError(f"lora target_modules must be non-empty names, got {targets!r}")
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError as err:  # pragma: no cover - exercised only without the extra
+        raise ImportError(_INSTALL) from err
+    return peft
+
+
+def has_adapters(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a peft model carrying adapters."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
+    """Wrap ``model`` (an ``AutoModelForCausalLM``) with fresh LoRA adapters; base frozen.
+
+    Adapter weights are created in the base model's dtype and device. Raises ValueError when
+    no module of the model matches ``spec.target_modules``.
+    """
+    peft = _peft()
+    targets = spec.target_modules
+    config = peft.LoraConfig(
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=targets if isinstance(targets, str) else list(targets),
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return peft.get_peft_model(model, config)
+    except ValueError as err:
+        raise ValueError(f"lora target_modules {targets!r} match no module: {err}") from err
+
+
+def load_adapters(model: torch.nn.Module, folder: Path) -> torch.nn.Module:
+    """``model`` (the base) with the trainable adapters saved in ``folder`` (a checkpoint)."""
+    return _peft().PeftModel.from_pretrained(model, folder, is_trainable=True)
+
+
+def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Name -> parameter for every parameter that receives gradients."""
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+class AdapterDisabled(torch.nn.Module):
+    """The base policy of an adapted model: ``forward`` runs it with adapters switched off.
+
+    The adapted model is held outside the module tree, so this reference has no parameters
+    or state of its own (``state_dict()`` is empty) and never drifts from the base weights.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        if not has_adapters(model):
+            raise ValueError(f"{type(model).__name__} has no adapters to disable")
+        object.__setattr__(self, "_adapted", model)
+
+    @property
+    def config(self) -> Any:
+        return self._adapted.config
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        model = self._adapted
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad(), model.disable_adapter():
+                return model(*args, **kwargs)
+        finally:
+            model.train(was_training)
+
+
+def reference_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The frozen reference policy of a KL penalty: the base with adapters disabled when
+    ``model`` has adapters (no copy), else a frozen deep copy in eval mode."""
+    if has_adapters(model):
+        return AdapterDisabled(model)
+    ref = copy.deepcopy(model).eval()
+    ref.requires_grad_(False)
+    return ref
+
+
+@contextmanager
+def _merged(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    model.merge_adapter()
+    try:
+        yield model.get_base_model()
+    finally:
+        model.unmerge_adapter()
+
+
+def _plain_name(name: str, prefixes: Sequence[str] = ("base_model.model.",)) -> str:
+    for p in prefixes:
+        name = name.removeprefix(p)
+    return name.replace(".base_layer.", ".")
+
+
+@torch.no_grad()
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Weights under the plain model's names, adapters folded in (W0 + alpha/r * B A).
+
+    A model without adapters gives its own ``state_dict()``. Tensors are detached copies.
+    """
+    if not has_adapters(model):
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with _merged(model) as base:
+        return {
+            _plain_name(k): v.detach().clone()
+            for k, v in base.state_dict().items()
+            if "lora_" not in k
+        }
+
+
+def plain_model(model: torch.nn.Module, merge: bool = True) -> torch.nn.Module:
+    """A copy of ``model`` without peft wrappers: adapters folded in (``merge``) or dropped
+    (the base alone). A model without adapters is copied as it is."""
+    clone = copy.deepcopy(model)
+    if not has_adapters(clone):
+        return clone
+    return clone.merge_and_unload() if merge else clone.unload()

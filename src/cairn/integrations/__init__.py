@@ -1,0 +1,1 @@
+"""Adapters that plug cairn's pieces into other RL frameworks (``cairn.integrations.verl``)."""

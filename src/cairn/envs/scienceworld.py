@@ -44,19 +44,18 @@ the simulator's random generator with the variation index).
 
 from __future__ import annotations
 
-import contextlib
 import random
-import subprocess
 import weakref
 from collections.abc import Sequence
 from numbers import Integral
 from typing import Any
 
-from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+from py4j.java_gateway import JavaGateway
 from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
 from scienceworld.utils import infer_task
 
 from cairn.envs._common import EpisodeClock, check_choice, check_int
+from cairn.envs._jvm import start_jvm, stop_jvm
 from cairn.envs.base import StepResult, TextEnv
 
 __all__ = ["SIMPLIFICATIONS", "SPLITS", "TASKS", "ScienceWorld", "resolve_task"]
@@ -247,7 +246,7 @@ class ScienceWorld(TextEnv):
         if self._gateway is None:
             self._gateway = _start_jvm(self.deterministic)
             # runs at close() or, at the latest, at interpreter exit (before module teardown)
-            self._stop = weakref.finalize(self, _stop_jvm, self._gateway)
+            self._stop = weakref.finalize(self, stop_jvm, self._gateway)
             self._entry = self._gateway.jvm.scienceworld.runtime.pythonapi.PythonInterface()
         return self._entry
 
@@ -293,29 +292,4 @@ class ScienceWorld(TextEnv):
 
 
 def _start_jvm(deterministic: bool) -> JavaGateway:
-    """Launch the simulator's JVM (it exits when this process does) and connect to it."""
-    port, process = launch_gateway(
-        classpath=JAR_PATH,
-        javaopts=list(_DETERMINISTIC_JAVA_OPTS if deterministic else ()),
-        die_on_exit=True,
-        cwd=BASEPATH,
-        return_proc=True,
-    )
-    params = GatewayParameters(port=port, auto_field=True)
-    return JavaGateway(gateway_parameters=params, java_process=process)
-
-
-def _stop_jvm(gateway: JavaGateway) -> None:
-    """Shut the py4j gateway down and make sure the java process has exited."""
-    process = gateway.java_process
-    with contextlib.suppress(Exception):
-        gateway.shutdown()
-    if process.poll() is None:  # die_on_exit: the JVM quits when its stdin gets a line
-        with contextlib.suppress(OSError):
-            process.stdin.write(b"\n")
-            process.stdin.flush()
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    return start_jvm(JAR_PATH, BASEPATH, _DETERMINISTIC_JAVA_OPTS if deterministic else ())

@@ -20,20 +20,19 @@ seed: a new game costs about a millisecond and a step a fraction of one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import re
-import subprocess
 import weakref
 from collections.abc import Mapping
 from numbers import Integral
 from typing import Any
 
-from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+from py4j.java_gateway import JavaGateway
 from textworld_express.constants import BASEPATH, GAME_NAMES, JAR_PATH
 
 from cairn.envs._common import EpisodeClock, check_choice, check_int
+from cairn.envs._jvm import start_jvm, stop_jvm
 from cairn.envs.base import StepResult, TextEnv
 
 __all__ = [
@@ -186,7 +185,7 @@ class TextWorldExpress(TextEnv):
         """The py4j proxy of the simulator's ``PythonInterface``; loads the game once."""
         if self._gateway is None:
             self._gateway = _start_jvm()
-            self._stop = weakref.finalize(self, _stop_jvm, self._gateway)
+            self._stop = weakref.finalize(self, stop_jvm, self._gateway)
             self._entry = self._gateway.jvm.textworldexpress.runtime.PythonInterface()
             error = self._entry.load(self.game, self.game_params)
             if error:
@@ -212,25 +211,4 @@ class TextWorldExpress(TextEnv):
 
 
 def _start_jvm() -> JavaGateway:
-    """Launch the simulator's JVM (it exits when this process does) and connect to it."""
-    port, process = launch_gateway(
-        classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, return_proc=True
-    )
-    params = GatewayParameters(port=port, auto_field=True)
-    return JavaGateway(gateway_parameters=params, java_process=process)
-
-
-def _stop_jvm(gateway: JavaGateway) -> None:
-    """Shut the py4j gateway down and make sure the java process has exited."""
-    process = gateway.java_process
-    with contextlib.suppress(Exception):
-        gateway.shutdown()
-    if process.poll() is None:  # die_on_exit: the JVM quits when its stdin gets a line
-        with contextlib.suppress(OSError):
-            process.stdin.write(b"\n")
-            process.stdin.flush()
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    return start_jvm(JAR_PATH, BASEPATH)

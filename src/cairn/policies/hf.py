@@ -31,13 +31,15 @@ _END = -1  # trie key marking the end of a complete choice
 
 @dataclass
 class Generation:
-    """One sampled completion. ``allowed[i]`` lists the ids token i was restricted to."""
+    """One sampled completion. ``allowed[i]`` lists the ids token i was restricted to;
+    ``entropies[i]`` is the entropy (nats) of the distribution token i was sampled from."""
 
     token_ids: list[int]
     logprobs: list[float]
     text: str
     finish: str  # "eos" | "stop" | "length" | "choice"
     allowed: list[list[int]] | None = None
+    entropies: list[float] | None = None
 
 
 def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -108,6 +110,7 @@ class HFPolicy:
         nodes = [t.root if t else None for t in tries]
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lp: list[list[float]] = [[] for _ in range(n)]
+        out_ent: list[list[float]] = [[] for _ in range(n)]
         out_allowed: list[list[list[int]]] = [[] for _ in range(n)]
         finish = [""] * n
         # Prefill each distinct prompt once (group members share their first prompt),
@@ -129,13 +132,14 @@ class HFPolicy:
             if step == 0:
                 logits = logits[rows]
             allowed = self._allowed(nodes, finish)
-            toks, lps = self._sample(logits, allowed, temperature, top_p, greedy, generator)
+            toks, lps, ents = self._sample(logits, allowed, temperature, top_p, greedy, generator)
             for i in range(n):
                 if finish[i]:
                     continue
                 tok = int(toks[i])
                 out_ids[i].append(tok)
                 out_lp[i].append(float(lps[i]))
+                out_ent[i].append(float(ents[i]))
                 if allowed[i] is not None:
                     out_allowed[i].append(allowed[i])
                 finish[i] = self._advance(i, tok, nodes, out_ids[i], stop)
@@ -154,6 +158,7 @@ class HFPolicy:
                 text=self._text(out_ids[i], stop),
                 finish=finish[i] or "length",
                 allowed=out_allowed[i] if tries[i] is not None else None,
+                entropies=out_ent[i],
             )
             for i in range(n)
         ]
@@ -198,8 +203,9 @@ class HFPolicy:
         top_p: float,
         greedy: bool,
         generator: torch.Generator | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokens (B,) and their log-probs (B,) under the restricted, tempered softmax."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tokens (B,), their log-probs (B,) and the entropies (B,) of the restricted,
+        tempered softmax they were drawn from (before top-p truncation, like the log-probs)."""
         if not greedy:
             logits = logits / temperature
         if any(a is not None for a in allowed):
@@ -211,6 +217,7 @@ class HFPolicy:
                     keep[i, a] = True
             logits = logits.masked_fill(~keep, float("-inf"))
         logp = F.log_softmax(logits, dim=-1)
+        entropy = -(logp.exp() * logp.masked_fill(torch.isinf(logp), 0.0)).sum(-1)  # (B,)
         if greedy:
             toks = logp.argmax(-1)
         else:
@@ -218,7 +225,7 @@ class HFPolicy:
             if top_p < 1.0:
                 probs = _top_p_filter(probs, top_p)
             toks = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        return toks, logp.gather(-1, toks[:, None]).squeeze(-1)
+        return toks, logp.gather(-1, toks[:, None]).squeeze(-1), entropy
 
     # -- scoring ----------------------------------------------------------------------------
     def score(

@@ -68,7 +68,13 @@ class Strategy(Protocol):
     ) -> list[Episode]: ...
 
 
-_STRATEGIES: dict[str, str] = {"group": "cairn.rollout.group:GroupStrategy"}
+_STRATEGIES: dict[str, str] = {
+    "group": "cairn.rollout.group:GroupStrategy",
+    "tree": "cairn.rollout.tree:TreeStrategy",
+    "entropy_branch": "cairn.rollout.entropy_branch:EntropyBranchStrategy",
+    "mc_values": "cairn.rollout.mc_values:MCValueStrategy",
+    "error_search": "cairn.rollout.error_search:ErrorSearchStrategy",
+}
 
 
 def register_strategy(name: str, target: str) -> None:

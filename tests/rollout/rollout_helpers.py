@@ -1,0 +1,96 @@
+"""Helpers of the rollout tests: contexts over sokoban, a tiny model, an oracle policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from cairn.agent import PromptBuilder
+from cairn.data.episode import Episode
+from cairn.envs import TextEnv, make
+from cairn.envs.sokoban_solver import parse_grid, solve
+from cairn.policies import HFPolicy, local_tokenizer
+from cairn.policies.hf import Generation
+from cairn.policies.tiny import build_tiny_model, tiny_config
+from cairn.rollout import EnvPool, RolloutContext, RolloutSettings
+
+#: The demo preset's env (configs/sokoban_gigpo.yaml).
+DEMO = {"size": 6, "num_boxes": 1, "max_steps": 15, "render": "compact", "max_solution": 5}
+
+#: The player is walled in: every action leaves the state unchanged (box blocked by a wall).
+ENCLOSED = "######\n#@$#.#\n######"
+
+
+def tiny_policy(env: TextEnv, seed: int = 0) -> HFPolicy:
+    tok = local_tokenizer(env, env.instruction)
+    config = tiny_config(len(tok), pad_token_id=0, eos_token_id=2)
+    return HFPolicy(build_tiny_model(config, seed=seed), tok)
+
+
+def context(
+    policy: Any,
+    factory: Callable[[], TextEnv],
+    seed: int = 0,
+    history: int = 0,
+    first_episode_id: int = 0,
+) -> RolloutContext:
+    settings = RolloutSettings(restrict_to_admissible=True)
+    gen = torch.Generator().manual_seed(seed)
+    return RolloutContext(
+        policy, EnvPool(factory), PromptBuilder(history=history), settings, gen, first_episode_id
+    )
+
+
+def demo_context(policy: HFPolicy, seed: int = 0, **kw: Any) -> RolloutContext:
+    return context(policy, lambda: make("sokoban", **DEMO), seed, **kw)
+
+
+def room_factory(room: str, max_steps: int, render: str = "compact") -> Callable[[], TextEnv]:
+    return lambda: make("sokoban", room=room, max_steps=max_steps, render=render)
+
+
+class OraclePolicy:
+    """Plays the solver's first move from the grid in the prompt (grid render, history 0).
+
+    It wins from every state that can still be solved in the steps left and loses from
+    every other, so one continuation per probe tells them apart exactly. Dead states get
+    ``fallback``. Text is encoded one character per id.
+    """
+
+    def __init__(self, fallback: str = "left", entropy: float = 0.5):
+        self.fallback, self.entropy = fallback, entropy
+        self.forward_tokens = 0
+        self.calls: list[int] = []  # rows per generate call
+        self.model = SimpleNamespace(config=SimpleNamespace(vocab_size=128))
+        self.tokenizer = [chr(i) for i in range(128)]
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def generate(self, prompts: Sequence[Sequence[int]], **_: Any) -> list[Generation]:
+        self.calls.append(len(prompts))
+        out = []
+        for ids in prompts:
+            text = "".join(map(chr, ids))
+            grid = text.rsplit("obs:", 1)[1].rsplit("act:", 1)[0].strip()
+            plan = solve(parse_grid(grid))
+            action = plan[0] if plan else self.fallback
+            self.forward_tokens += len(ids)
+            out.append(Generation([0], [0.0], action, "choice", None, [self.entropy]))
+        return out
+
+
+def replays_exactly(episode: Episode, factory: Callable[[], TextEnv]) -> bool:
+    """Whether stepping a fresh env from the episode's seed reproduces every step."""
+    env = factory()
+    obs, info = env.reset(seed=episode.task)
+    for step in episode.steps:
+        if step.observation != obs or step.anchor != info.get("anchor", obs):
+            return False
+        obs, reward, terminated, truncated, info = env.step(step.action)
+        if reward != step.reward:
+            return False
+    return bool(terminated or truncated) == (episode.terminated or episode.truncated)

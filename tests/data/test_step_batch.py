@@ -36,6 +36,7 @@ def test_columns_and_dtypes():
         (dict(reward=[1.0, np.nan, 0.0]), "non-finite"),
         (dict(anchor=[[1], "b", "a"]), "not hashable"),
         (dict(values=[1, 2, 3]), "unknown StepBatch column"),
+        (dict(path=np.array([()] * 3, dtype=object)), "must be 1-D"),
     ],
 )
 def test_bad_columns(kw, msg):

@@ -48,7 +48,12 @@ def register_column(name: str, dtype: Any) -> None:
 
 def _as_column(name: str, values: Any, dtype: Any) -> np.ndarray:
     if dtype is object:
-        if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1:
+        if isinstance(values, np.ndarray) and values.ndim != 1:
+            raise ValueError(
+                f"column {name!r} must be 1-D, got shape {values.shape} "
+                "(build tuples into a 1-D object array, e.g. with np.fromiter)"
+            )
+        if isinstance(values, np.ndarray) and values.dtype == object:
             return values
         return np.fromiter(values, dtype=object)  # keeps tuples as elements
     arr = np.asarray(values)

@@ -2,7 +2,7 @@
 
 ``rollout.workers: N`` puts the envs of a pool on N workers, env slot i on worker i mod N:
 Ray actors when Ray is installed (one per worker, on any node of a Ray cluster), else
-local processes (``multiprocessing``, spawn). Each env is reached through a ``RemoteEnv``
+local processes (``multiprocessing``, forked). Each env is reached through a ``RemoteEnv``
 proxy with the ``TextEnv`` API, so rollout code is unchanged; ``step_all`` / ``reset_all``
 send one request per env first and then collect the answers, so the N workers step at the
 same time while each worker steps its own envs in order. ``rollout.workers: 0`` keeps the
@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cairn._env_host import EnvHost, serve
 from cairn.envs import StepResult, TextEnv
 
 __all__ = [
@@ -37,25 +38,6 @@ BACKENDS = ("auto", "ray", "process")
 
 def ray_available() -> bool:
     return importlib.util.find_spec("ray") is not None
-
-
-class EnvHost:
-    """The envs of one worker, by slot; every call answers with the env's current instruction."""
-
-    def __init__(self, factory: Callable[[], TextEnv]):
-        self.factory = factory
-        self.envs: dict[int, TextEnv] = {}
-
-    def call(self, slot: int, method: str, args: tuple, kwargs: dict) -> tuple[Any, str]:
-        env = self.envs.get(slot)
-        if env is None:
-            env = self.envs[slot] = self.factory()
-        return getattr(env, method)(*args, **kwargs), env.instruction
-
-    def close(self) -> None:
-        for env in self.envs.values():
-            env.close()
-        self.envs = {}
 
 
 # -- backends: submit(worker, slot, method, args, kwargs) -> a handle with .result() ---------
@@ -96,27 +78,12 @@ class _RayHandle:
         return self.ray.get(self.ref)
 
 
-def _serve(conn: Any, factory: Callable[[], TextEnv]) -> None:
-    """Worker process loop: answer (slot, method, args, kwargs) requests in order."""
-    host = EnvHost(factory)
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            host.close()
-            conn.close()
-            return
-        try:
-            conn.send((True, host.call(*msg)))
-        except Exception as err:  # the caller re-raises it
-            conn.send((False, err))
-
-
 class _Pipe:
     """One worker process; answers come back in request order (FIFO of pending handles)."""
 
     def __init__(self, factory: Callable[[], TextEnv], ctx: Any):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, factory), daemon=True)
+        self.proc = ctx.Process(target=serve, args=(child, factory), daemon=True)
         self.proc.start()
         child.close()
         self.pending: deque[_PipeHandle] = deque()
@@ -147,7 +114,9 @@ class _PipeHandle:
 
 class _ProcessBackend:
     def __init__(self, factory: Callable[[], TextEnv], workers: int):
-        ctx = mp.get_context("spawn")  # no fork of a process that holds torch threads
+        # fork starts a worker in milliseconds; envs never touch torch, so the parent's
+        # torch threads and CUDA state are never used in the child. spawn where fork is absent.
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         self.pipes = [_Pipe(factory, ctx) for _ in range(workers)]
 
     def submit(self, worker: int, slot: int, method: str, args: tuple, kwargs: dict):

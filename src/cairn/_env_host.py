@@ -1,0 +1,46 @@
+"""The worker side of ``cairn.rollout.workers``: envs by slot, served in another process.
+
+Kept outside ``cairn.rollout`` (whose package imports torch and transformers) so that a
+worker process starts by importing only the env it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["EnvHost", "serve"]
+
+
+class EnvHost:
+    """The envs of one worker, by slot; every call answers with the env's current instruction."""
+
+    def __init__(self, factory: Callable[[], Any]):
+        self.factory = factory
+        self.envs: dict[int, Any] = {}
+
+    def call(self, slot: int, method: str, args: tuple, kwargs: dict) -> tuple[Any, str]:
+        env = self.envs.get(slot)
+        if env is None:
+            env = self.envs[slot] = self.factory()
+        return getattr(env, method)(*args, **kwargs), env.instruction
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+        self.envs = {}
+
+
+def serve(conn: Any, factory: Callable[[], Any]) -> None:
+    """Worker process loop: answer (slot, method, args, kwargs) requests in order."""
+    host = EnvHost(factory)
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            host.close()
+            conn.close()
+            return
+        try:
+            conn.send((True, host.call(*msg)))
+        except Exception as err:  # the caller re-raises it
+            conn.send((False, err))

@@ -77,13 +77,14 @@ def step_batch_from_verl(
     if reward is None:
         reward = token_level_rewards.detach().sum(-1).double().cpu().numpy()
     optional = {} if get["success"] is None else {"success": np.asarray(get["success"], bool)}
-    anchor = np.asarray([a if isinstance(a, int | str | tuple) else str(a) for a in anchor], object)
+    keys = np.empty(n, dtype=object)  # 1-D even when the anchors are tuples
+    keys[:] = [a if isinstance(a, int | str | tuple) else str(a) for a in anchor]
     return StepBatch.from_columns(
         group=group,
         episode=episode,
         t=t,
         reward=np.asarray(reward, np.float64),
-        anchor=anchor,
+        anchor=keys,
         **optional,
     )
 

@@ -109,3 +109,33 @@ def test_tfidf_similarity_prefers_textually_close_states() -> None:
         return float(parts["G"][0] - parts["A_S"][0])
 
     assert weight_of_row_0_on(1) > 2 * weight_of_row_0_on(2) > 0
+
+
+def test_cell_tokens_make_symbol_grids_comparable() -> None:
+    # Symbol grids: word tokens see nothing, cell tokens see (position, symbol) pairs.
+    # Row B differs from row A in two of 4 cells, row C in all 4: A's G = 1 leaks more
+    # into B's baseline than into C's.
+    grids = {"A": "# @ . $", "B": "# . @ $", "C": ". # $ @"}
+    batch = from_episodes(
+        *(dict(group=0, reward=[float(k == "A")], anchor=[a]) for k, a in grids.items())
+    )
+    with pytest.raises(ValueError, match="no word token"):
+        estimate("proxmo", batch)
+    _, parts = estimate_parts("proxmo", batch, tokens="cells", tau=0.1, gamma=1.0)
+    baseline = dict(zip(batch.anchor.tolist(), (parts["G"] - parts["A_S"]).tolist(), strict=True))
+    assert baseline[grids["B"]] > baseline[grids["C"]] > 0
+
+
+def test_cell_tokens_at_tau_to_zero_reproduce_exact_grid_grouping() -> None:
+    rng = np.random.default_rng(7)
+    symbols = np.array(["#", "_", "@", "$", "."])
+    pool = [" ".join(rng.choice(symbols, size=9)) for _ in range(5)]
+    episodes = [
+        dict(group=g, reward=rng.normal(size=3).tolist(), anchor=list(rng.choice(pool, 3)))
+        for g in range(3)
+        for _ in range(4)
+    ]
+    batch = from_episodes(*episodes)
+    got = estimate("proxmo", batch, tokens="cells", beta=0.0, tau=1e-9, gamma=0.9)
+    want = estimate("gigpo", batch, gamma=0.9, norm="mean", episode_norm="mean_std")
+    np.testing.assert_allclose(got, want, atol=1e-9)

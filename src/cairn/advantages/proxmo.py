@@ -23,7 +23,8 @@ TF-IDF is fitted once per batch on the batch's distinct anchor texts (so a state
 often does not dominate the IDF); words are ``\\b\\w+\\b`` tokens, lower-cased, single
 characters kept. Fitting per batch makes results depend on the other groups' texts, so
 concatenating batches is exact only with ``features``. Anchors with no word token (e.g. a
-grid drawn in symbols only) need ``features``.
+grid drawn in symbols only) need ``tokens="cells"`` — each whitespace token tagged with its
+position, so two grids are close when many cells hold the same symbol — or ``features``.
 
 Shapes: batch of N rows -> (N,) float64. Parts: ``A_E``, ``A_S``, ``w``, ``G``, each (N,).
 Cost: one (n_g, n_g) similarity matrix per group (a loop over groups, not rows).
@@ -35,7 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from cairn.advantages._registry import DISCOUNT, NORM, WEIGHT, matrix_or_none, real, register
+from cairn.advantages._registry import (
+    DISCOUNT,
+    NORM,
+    WEIGHT,
+    choice,
+    matrix_or_none,
+    real,
+    register,
+)
 from cairn.advantages.grouping import Episodes, factorize, normalize_in_segments, segment_mean
 from cairn.data import StepBatch
 
@@ -49,6 +58,7 @@ CHECKS = {
     "step_weight": WEIGHT,
     "episode_norm": NORM,
     "features": matrix_or_none(),
+    "tokens": choice("words", "cells"),
 }
 TOKENS = r"(?u)\b\w+\b"
 MAX_FEATURES = 1024
@@ -71,7 +81,12 @@ def _success(batch: StepBatch, ep: Episodes, R: np.ndarray) -> np.ndarray:
     return wins > 0
 
 
-def _tfidf(anchor: np.ndarray) -> Any:
+def _cells(text: str) -> list[str]:
+    """Whitespace tokens tagged with their position: ``"# @ _"`` -> ``["0:#", "1:@", "2:_"]``."""
+    return [f"{i}:{tok}" for i, tok in enumerate(text.split())]
+
+
+def _tfidf(anchor: np.ndarray, tokens: str = "words") -> Any:
     """(N, F) sparse CSR TF-IDF rows, fitted on the distinct anchor texts."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -82,7 +97,10 @@ def _tfidf(anchor: np.ndarray) -> Any:
     text_codes, n_texts = factorize(texts)  # anchors with equal str() are one document
     docs = np.empty(n_texts, dtype=object)
     docs[text_codes] = texts
-    vectorizer = TfidfVectorizer(token_pattern=TOKENS, max_features=MAX_FEATURES)
+    if tokens == "cells":  # grids: two states are close when many cells hold the same symbol
+        vectorizer = TfidfVectorizer(analyzer=_cells, lowercase=False, max_features=MAX_FEATURES)
+    else:
+        vectorizer = TfidfVectorizer(token_pattern=TOKENS, max_features=MAX_FEATURES)
     try:
         X = vectorizer.fit_transform(docs.tolist())
     except ValueError as err:  # empty vocabulary
@@ -133,6 +151,7 @@ def _proxmo_parts(
     step_weight: float = 1.0,
     episode_norm: str = "mean_std",
     features: Any = None,
+    tokens: str = "words",
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``(A, {"A_E", "A_S", "w", "G"})``, all (N,) float64; see the module docstring."""
     ep = Episodes.of(batch)
@@ -145,7 +164,7 @@ def _proxmo_parts(
     if len(G) == 0:
         X = np.zeros((0, 1))
     else:
-        X = _tfidf(batch.anchor) if features is None else _embeddings(features, len(batch))
+        X = _tfidf(batch.anchor, tokens) if features is None else _embeddings(features, len(batch))
     A_S = G - soft_baseline(X, G, ep.row_group, ep.n_groups, tau)
     adv = (w * A_E)[ep.row] + step_weight * A_S
     return adv, {"A_E": A_E[ep.row], "A_S": A_S, "w": w[ep.row], "G": G}
@@ -162,6 +181,7 @@ def proxmo(
     step_weight: float = 1.0,
     episode_norm: str = "mean_std",
     features: Any = None,
+    tokens: str = "words",
 ) -> np.ndarray:
     """ProxMO advantage ``w*A_E + step_weight*A_S`` per step, (N,) float64."""
     return _proxmo_parts(
@@ -173,4 +193,5 @@ def proxmo(
         step_weight=step_weight,
         episode_norm=episode_norm,
         features=features,
+        tokens=tokens,
     )[0]

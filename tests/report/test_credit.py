@@ -68,9 +68,15 @@ def test_neighbour_weights_sum_to_one_over_steps_and_limits_of_tau():
     assert all(w == pytest.approx(1 / 9) for row in rows for _, w in row)
 
 
-def test_symbol_only_anchors_fall_back_to_character_grams():
-    rows, method = anchor_neighbours(["# # @", "# @ #", "@ # #"], [1, 1, 1], tau=0.1)
-    assert method == "TF-IDF of character 1-3 grams" and rows[0][0][0] == 0
+def test_symbol_grids_use_the_runs_cell_tokens():
+    # As the estimator with tokens="cells": "# # @" shares two cells with "# @ @" and
+    # none with "@ @ #", so its nearest other anchor is 1.
+    rows, method = anchor_neighbours(["# # @", "# @ @", "@ @ #"], [1, 1, 1], tokens="cells")
+    assert method == "TF-IDF of position-tagged cells"
+    assert [b for b, _ in rows[0]][:2] == [0, 1]
+    # Word tokens find nothing in symbols: no neighbours are claimed.
+    rows, method = anchor_neighbours(["# # @", "# @ @"], [1, 1])
+    assert method.startswith("none") and rows == [[(0, 1.0)], [(1, 1.0)]]
 
 
 def test_neighbour_errors():

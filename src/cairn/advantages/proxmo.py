@@ -48,7 +48,7 @@ from cairn.advantages._registry import (
 from cairn.advantages.grouping import Episodes, factorize, normalize_in_segments, segment_mean
 from cairn.data import StepBatch
 
-__all__ = ["proxmo", "psc_weight", "soft_baseline"]
+__all__ = ["anchor_tfidf", "proxmo", "psc_weight", "soft_baseline"]
 
 CHECKS = {
     "tau": real(0.0, lo_open=True),
@@ -86,10 +86,25 @@ def _cells(text: str) -> list[str]:
     return [f"{i}:{tok}" for i, tok in enumerate(text.split())]
 
 
-def _tfidf(anchor: np.ndarray, tokens: str = "words") -> Any:
-    """(N, F) sparse CSR TF-IDF rows, fitted on the distinct anchor texts."""
+def anchor_tfidf(docs: list[str], tokens: str = "words") -> Any:
+    """(n, F) sparse L2-normalised TF-IDF rows of ``docs`` (the vectors PSA compares)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
+    if tokens == "cells":  # grids: two states are close when many cells hold the same symbol
+        vectorizer = TfidfVectorizer(analyzer=_cells, lowercase=False, max_features=MAX_FEATURES)
+    else:
+        vectorizer = TfidfVectorizer(token_pattern=TOKENS, max_features=MAX_FEATURES)
+    try:
+        return vectorizer.fit_transform(docs).tocsr()
+    except ValueError as err:  # empty vocabulary
+        raise ValueError(
+            f"proxmo: TF-IDF found no word token in the anchor texts ({err}); "
+            "pass tokens='cells' (grids) or features="
+        ) from err
+
+
+def _tfidf(anchor: np.ndarray, tokens: str = "words") -> Any:
+    """(N, F) sparse CSR TF-IDF rows, fitted on the distinct anchor texts."""
     codes, n = factorize(anchor)
     rep = np.empty(n, dtype=np.int64)
     rep[codes] = np.arange(len(codes))
@@ -97,17 +112,7 @@ def _tfidf(anchor: np.ndarray, tokens: str = "words") -> Any:
     text_codes, n_texts = factorize(texts)  # anchors with equal str() are one document
     docs = np.empty(n_texts, dtype=object)
     docs[text_codes] = texts
-    if tokens == "cells":  # grids: two states are close when many cells hold the same symbol
-        vectorizer = TfidfVectorizer(analyzer=_cells, lowercase=False, max_features=MAX_FEATURES)
-    else:
-        vectorizer = TfidfVectorizer(token_pattern=TOKENS, max_features=MAX_FEATURES)
-    try:
-        X = vectorizer.fit_transform(docs.tolist())
-    except ValueError as err:  # empty vocabulary
-        raise ValueError(
-            f"proxmo: TF-IDF found no word token in the anchor texts ({err}); pass features="
-        ) from err
-    return X.tocsr()[text_codes[codes]]
+    return anchor_tfidf(docs.tolist(), tokens)[text_codes[codes]]
 
 
 def _embeddings(features: Any, n_rows: int) -> np.ndarray:

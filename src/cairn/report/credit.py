@@ -5,12 +5,12 @@
   and time steps; `step_groups` counts them.
 - Nearest neighbours (ProxMO, arXiv 2602.19225, PSA): the dump holds no similarity
   weights, so `anchor_neighbours` recomputes them: TF-IDF rows of the group's distinct
-  anchor texts (word tokens as ProxMO uses; character 1-3 grams when the anchors have no
-  word, e.g. grids of symbols), cosine similarity ``s``, and the softmax weight over the
-  group's steps ``w(a -> b) = exp(s_ab/tau) / sum_c n_c exp(s_ac/tau)`` that one step at
-  anchor b gets in the baseline of a step at anchor a (``n_c`` = steps at anchor c). The
-  trainer fits its IDF on the whole batch, the report on the group, so the weights are an
-  approximation of the ones used in training; the report says so.
+  anchor texts with the estimator's own vectoriser and ``tokens`` option
+  (``cairn.advantages.proxmo.anchor_tfidf``), cosine similarity ``s``, and the softmax
+  weight over the group's steps ``w(a -> b) = exp(s_ab/tau) / sum_c n_c exp(s_ac/tau)``
+  that one step at anchor b gets in the baseline of a step at anchor a (``n_c`` = steps
+  at anchor c). The trainer fits its IDF on the whole batch, the report on the group,
+  so the weights are an approximation of the ones used in training; the report says so.
 - Trees (TreePO, ARPO, ELPO, VinePPO probes): episodes with a non-empty ``path`` are the
   leaves of their group's rollout tree; nodes are the prefixes of the leaf paths. A node's
   value ``V`` is the mean return of its children (a leaf: its episode's return), as in
@@ -44,20 +44,12 @@ def _steps(episode: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
 
 
-def _tfidf(texts: list[str]) -> tuple[Any, str]:
-    """(n, F) L2-normalised TF-IDF rows and the method used."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    try:
-        vec = TfidfVectorizer(token_pattern=r"(?u)\b\w+\b", max_features=1024)
-        return vec.fit_transform(texts), "TF-IDF of word tokens"
-    except ValueError:  # no word token in any anchor
-        vec = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), max_features=1024)
-        return vec.fit_transform(texts), "TF-IDF of character 1-3 grams"
-
-
 def anchor_neighbours(
-    anchors: Sequence[str], counts: Sequence[int], tau: float = 0.1, top: int = 6
+    anchors: Sequence[str],
+    counts: Sequence[int],
+    tau: float = 0.1,
+    top: int = 6,
+    tokens: str = "words",
 ) -> tuple[list[list[tuple[int, float]]], str]:
     """For each distinct anchor a, its ``top`` anchors b by per-step softmax weight.
 
@@ -74,7 +66,13 @@ def anchor_neighbours(
         return [], "none"
     if n == 1:
         return [[(0, 1.0 / counts[0])]], "single anchor"
-    X, method = _tfidf([str(a) for a in anchors])
+    from cairn.advantages.proxmo import anchor_tfidf
+
+    try:
+        X = anchor_tfidf([str(a) for a in anchors], tokens)
+    except ValueError:  # the run's tokens found nothing here: show no neighbours
+        return [[(a, 1.0 / counts[a])] for a in range(n)], "none (no tokens)"
+    method = f"TF-IDF of {'position-tagged cells' if tokens == 'cells' else 'word tokens'}"
     S = np.asarray((X @ X.T).toarray()) / tau  # (n, n)
     n_c = np.asarray(counts, dtype=np.float64)
     E = np.exp(S - S.max(axis=1, keepdims=True))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -154,11 +154,13 @@ def _episode(e: dict[str, Any], strings: Strings) -> dict[str, Any]:
 
 
 def _neighbours(
-    episodes: list[dict[str, Any]], strings: Strings, tau: float
+    episodes: list[dict[str, Any]], strings: Strings, proximity: Proximity
 ) -> tuple[dict[str, list], str]:
     counts = step_groups(episodes)
     anchors = list(counts)
-    rows, method = anchor_neighbours(anchors, [counts[a] for a in anchors], tau=tau)
+    rows, method = anchor_neighbours(
+        anchors, [counts[a] for a in anchors], tau=proximity.tau, tokens=proximity.tokens
+    )
     sid = [strings.add(a) for a in anchors]
     table = {
         str(sid[a]): [[sid[b], round(w, 6), counts[anchors[b]]] for b, w in row]
@@ -168,7 +170,7 @@ def _neighbours(
 
 
 def _group(
-    gid: int, records: list[dict[str, Any]], strings: Strings, proximity: float | None
+    gid: int, records: list[dict[str, Any]], strings: Strings, proximity: Proximity | None
 ) -> dict[str, Any]:
     counts = step_groups(records)
     out: dict[str, Any] = {
@@ -185,7 +187,7 @@ def _group(
     return out
 
 
-def _iteration(dump: Dump, strings: Strings, proximity: float | None) -> dict[str, Any]:
+def _iteration(dump: Dump, strings: Strings, proximity: Proximity | None) -> dict[str, Any]:
     return {
         "iteration": dump.iteration,
         "groups_total": dump.n_groups,
@@ -243,19 +245,28 @@ def _overview(data: RunData) -> list[list[str]]:
     return [[k, _fmt(v)] for k, v in rows if v is not None or k.startswith("final")]
 
 
-def _proximity_tau(config: dict[str, Any]) -> float | None:
+class Proximity(NamedTuple):
+    """ProxMO's PSA settings of the run (softmax temperature, TF-IDF tokens)."""
+
+    tau: float
+    tokens: str
+
+
+def _proximity(config: dict[str, Any]) -> Proximity | None:
     adv = config.get("advantage") or {}
     if adv.get("name") != "proxmo":
         return None
-    tau = _num((adv.get("options") or {}).get("tau"))
-    return tau if tau and tau > 0 else 0.1
+    options = adv.get("options") or {}
+    tau = _num(options.get("tau"))
+    tokens = options.get("tokens") if options.get("tokens") in ("words", "cells") else "words"
+    return Proximity(tau if tau and tau > 0 else 0.1, tokens)
 
 
 def run_payload(data: RunData, sampling: Sampling) -> dict[str, Any]:
     """The report's data for one run (JSON-ready)."""
     strings = Strings()
-    tau = _proximity_tau(data.config)
-    iterations = [_iteration(d, strings, tau) for d in data.dumps]
+    proximity = _proximity(data.config)
+    iterations = [_iteration(d, strings, proximity) for d in data.dumps]
     shown = [d.iteration for d in data.dumps]
     return {
         "kind": "run",
@@ -272,7 +283,7 @@ def run_payload(data: RunData, sampling: Sampling) -> dict[str, Any]:
             "shown": shown,
             "skipped": data.skipped,
         },
-        "tau": tau,
+        "tau": proximity.tau if proximity else None,
         "scale": _scale(iterations),
         "parts": _names(iterations, "q"),
         "columns": _names(iterations, "k"),

@@ -13,9 +13,11 @@ counts every token pushed through the model (prefill of each distinct prompt of 
 
 Cross-call prefix cache: ``generate`` already prefills a prompt once per call however many
 rows share it. A KV cache kept across calls could also skip the part of a prompt that an
-earlier call prefilled. ``cacheable`` is the share of the tree's forward tokens such a
+earlier call prefilled. ``cacheable`` is the share of the forward tokens such a
 cache (unbounded, exact-prefix) could skip at best: for each distinct prompt of a call, the
 longest token prefix it shares with any prompt of an earlier call of the same collect.
+``forward_share`` is the share of the sampling wall time spent inside the model's forward,
+an upper bound on the time such a cache could save.
 """
 
 from __future__ import annotations
@@ -66,11 +68,12 @@ class PrefixMeter:
     """Wraps ``policy.generate`` to count the prompt tokens a cross-call cache could skip."""
 
     def __init__(self, policy):
-        self.policy, self.trie, self.cacheable = policy, {}, 0
+        self.policy, self.trie, self.cacheable, self.rows = policy, {}, 0, 0
         self._generate = policy.generate
         policy.generate = self.generate
 
     def generate(self, prompts, **kwargs):
+        self.rows += len(prompts)
         distinct = {tuple(p) for p in prompts}
         self.cacheable += sum(self._shared(p) for p in distinct)
         for p in distinct:
@@ -89,6 +92,27 @@ class PrefixMeter:
 
     def close(self) -> None:
         self.policy.generate = self._generate
+
+
+class ForwardTimer:
+    """Seconds spent inside the model's forward (hooks), to weigh what a cache could save."""
+
+    def __init__(self, model):
+        self.seconds, self._t0 = 0.0, 0.0
+        self._hooks = [
+            model.register_forward_pre_hook(self._start),
+            model.register_forward_hook(self._stop),
+        ]
+
+    def _start(self, *_):
+        self._t0 = time.perf_counter()
+
+    def _stop(self, *_):
+        self.seconds += time.perf_counter() - self._t0
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
 
 
 def _context(history: int, seed: int = 0):
@@ -116,17 +140,21 @@ def measure(
     for name, strategy, opts in (("independent", "group", {}), ("tree", "tree", options)):
         gen = torch.Generator().manual_seed(seed)
         ctx = RolloutContext(policy, pool, prompt, settings, gen, 0)
-        meter = PrefixMeter(policy) if name == "tree" else None
+        meter = PrefixMeter(policy)
+        timer = ForwardTimer(policy.model)
         before, t0 = policy.forward_tokens, time.perf_counter()
         episodes = make_strategy(strategy, **opts).collect(ctx, seeds, leaves)
-        row[f"seconds_{name}"] = round(time.perf_counter() - t0, 2)
+        seconds = time.perf_counter() - t0
+        timer.close()
+        row[f"seconds_{name}"] = round(seconds, 2)
+        row[f"forward_share_{name}"] = round(timer.seconds / seconds, 3)
         row[f"forward_tokens_{name}"] = policy.forward_tokens - before
-        row[f"turns_{name}"] = sum(len(e.steps) for e in episodes)
+        row[f"turns_{name}"] = meter.rows  # actions sampled (copied prefix steps are not)
+        row[f"steps_{name}"] = sum(len(e.steps) for e in episodes)  # training rows
         row[f"success_{name}"] = round(float(np.mean([e.success for e in episodes])), 3)
         assert len(episodes) == leaves * groups, (name, len(episodes))
-        if meter is not None:
-            meter.close()
-            row["cacheable"] = round(meter.cacheable / row["forward_tokens_tree"], 3)
+        meter.close()
+        row[f"cacheable_{name}"] = round(meter.cacheable / row[f"forward_tokens_{name}"], 3)
     ratio = row["forward_tokens_tree"] / row["forward_tokens_independent"]
     row["token_saving"] = round(1 - ratio, 3)
     pool.close()
@@ -143,13 +171,16 @@ def _table(rows: list[tuple[int, dict[str, Any], int, dict[str, Any]]], groups: 
         f"`python benchmarks/tree_sampling.py`: the demo preset's env and tiny random-init "
         f"model, {groups} task seeds per row, both methods on the same seeds and the same "
         "policy. Tree defaults: width 2, segment_turns 3, roots 1, repeat no_branch, fill. "
-        "`saving` = 1 - tree/independent forward tokens; `turns` = env steps sampled (the "
-        "tree's copied prefix steps are not sampled again); `cacheable` = share of the "
-        "tree's forward tokens an ideal cross-call prefix cache could still skip.",
+        "`saving` = 1 - tree/independent forward tokens; `turns` = actions sampled (the "
+        "tree's copied prefix steps are not sampled again; both give about the same number "
+        "of training rows); `cacheable` = share of the "
+        "forward tokens an ideal cross-call prefix cache could still skip; `fwd time` = share "
+        "of the sampling wall time inside the model's forward (tree / independent).",
         "",
         "| leaves/task | tree options | history | forward tokens tree | independent | saving "
-        "| turns tree | independent | success tree | independent | cacheable |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| turns tree | independent | success tree | independent | cacheable tree | independent "
+        "| fwd time |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for leaves, opts, history, r in rows:
         text = ", ".join(f"{k}={v}" for k, v in opts.items()) or "defaults"
@@ -157,7 +188,9 @@ def _table(rows: list[tuple[int, dict[str, Any], int, dict[str, Any]]], groups: 
             f"| {leaves} | {text} | {history} | {r['forward_tokens_tree']:,} | "
             f"{r['forward_tokens_independent']:,} | {r['token_saving']:.3f} | "
             f"{r['turns_tree']:,} | {r['turns_independent']:,} | {r['success_tree']:.3f} | "
-            f"{r['success_independent']:.3f} | {r['cacheable']:.3f} |"
+            f"{r['success_independent']:.3f} | {r['cacheable_tree']:.2f} | "
+            f"{r['cacheable_independent']:.2f} | {r['forward_share_tree']:.2f} / "
+            f"{r['forward_share_independent']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -165,12 +198,12 @@ def _table(rows: list[tuple[int, dict[str, Any], int, dict[str, Any]]], groups: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one JSON line, default options")
-    parser.add_argument("--groups", type=int, default=None, help="task seeds (16 quick, 64)")
+    parser.add_argument("--groups", type=int, default=None, help="task seeds (32 quick, 64)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="markdown table file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.quick:
-        row = measure(8, DEFAULT_TREE, 0, args.groups or 16)
+        row = measure(8, DEFAULT_TREE, 0, args.groups or 32)
         print(json.dumps(row))
         return 0
     groups = args.groups or 64

@@ -83,6 +83,17 @@ class OraclePolicy:
         return out
 
 
+class ConstantPolicy(OraclePolicy):
+    """Always answers ``action`` (any env)."""
+
+    def __init__(self, action: str):
+        super().__init__(fallback=action)
+
+    def generate(self, prompts: Sequence[Sequence[int]], **_: Any) -> list[Generation]:
+        self.calls.append(len(prompts))
+        return [Generation([0], [0.0], self.fallback, "choice", None, [0.0]) for _ in prompts]
+
+
 def replays_exactly(episode: Episode, factory: Callable[[], TextEnv]) -> bool:
     """Whether stepping a fresh env from the episode's seed reproduces every step."""
     env = factory()

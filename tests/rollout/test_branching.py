@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from rollout_helpers import demo_context
+from rollout_helpers import ConstantPolicy, context, demo_context
 
 from cairn.advantages import estimate
 from cairn.data.episode import Episode, Step, to_step_batch
@@ -276,3 +276,16 @@ def test_forest_branch_restores_the_parent_state_and_reuses_envs(demo_policy):
     episodes = forest.episodes()
     assert [e.id for e in episodes] == [0, 1, 2]
     assert all(len(e.meta["entropy"]) == len(e.steps) for e in episodes)
+
+
+def test_a_fresh_env_is_reset_before_it_restores_a_branch_state():
+    """frozenlake cannot restore a snapshot before its first reset; Forest resets a new
+    pool env once (with the task seed) before restoring into it."""
+    ctx = context(ConstantPolicy("right"), lambda: make("frozenlake", **ENVS["frozenlake"]))
+    forest = Forest(ctx, record=True)
+    root = forest.root(0, 3)
+    forest.play([root], turns=2)
+    assert root.t == 2 and len(ctx.envs.envs) == 1
+    child = forest.branch(root, 1)  # acquires a brand-new env
+    assert len(ctx.envs.envs) == 2
+    assert child.state[1]["anchor"] == root.episode.steps[1].anchor

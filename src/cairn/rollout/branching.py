@@ -22,11 +22,12 @@ are assigned once, after sampling. ``Episode.path`` is the path of its final ste
 
 from __future__ import annotations
 
+import copy
 import math
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.data.episode import Episode
@@ -62,13 +63,11 @@ def clone_prefix(episode: Episode, t: int) -> Episode:
     if not 0 <= t <= len(episode.steps):
         raise ValueError(f"branch point t={t} outside 0..{len(episode.steps)} (episode length)")
     meta = {k: v[:t] if k == "entropy" else v for k, v in episode.meta.items()}
+    steps = [copy.copy(s) for s in episode.steps[:t]]
+    for s in steps:
+        s.columns = dict(s.columns)
     return Episode(
-        id=-1,
-        group=episode.group,
-        task=episode.task,
-        steps=[replace(s, columns=dict(s.columns)) for s in episode.steps[:t]],
-        source=episode.source,
-        meta=meta,
+        id=-1, group=episode.group, task=episode.task, steps=steps, source=episode.source, meta=meta
     )
 
 
@@ -117,8 +116,8 @@ class Path:
     ``parent``/``t0``/``k``: the path this one branched from, the branch point (its steps
     before ``t0`` are copies of the parent's) and its index among the parent's branches at
     ``t0`` (1, 2, ...); roots have ``parent=None``, ``t0=0`` and ``k`` = their root id.
-    ``snaps[t]``: the env state before step t, where recorded. ``entropy`` per own step is
-    kept in ``episode.meta["entropy"]`` (see ``response_entropy``).
+    ``snaps[t]``: the env state before step t, recorded before each turn when ``record``.
+    ``entropy`` per step is kept in ``episode.meta["entropy"]`` (see ``response_entropy``).
     """
 
     episode: Episode
@@ -129,6 +128,7 @@ class Path:
     k: int = 0
     snaps: dict[int, Any] = field(default_factory=dict)
     children: list[Path] = field(default_factory=list)
+    record: bool = False
 
     @property
     def done(self) -> bool:
@@ -172,15 +172,16 @@ class Forest:
         self._roots[group] += 1
         episode = Episode(id=-1, group=group, task=seed)
         episode.meta.update({key: state[1][key] for key in TASK_INFO_KEYS if key in state[1]})
-        path = Path(episode, env, state, k=k)
+        path = Path(episode, env, state, k=k, record=self.record)
         self.paths.append(path)
         return path
 
-    def branch(self, parent: Path, t: int | None = None) -> Path:
+    def branch(self, parent: Path, t: int | None = None, record: bool | None = None) -> Path:
         """A new path continuing ``parent``'s first ``t`` steps (default: all it has).
 
         The env state comes from ``parent.snaps[t]`` when recorded, else (t = now) from a
-        fresh ``parent.env.snapshot()``.
+        fresh ``parent.env.snapshot()``. ``record``: keep the branch's own states (default:
+        the forest's setting; probes that are never branched again do not need them).
         """
         t = parent.t if t is None else t
         if t < parent.t0 or t > parent.t:
@@ -199,7 +200,8 @@ class Forest:
         env = self.slots.acquire(seed=parent.episode.task)
         state = env.restore(snap)
         k = 1 + sum(c.t0 == t for c in parent.children)
-        child = Path(clone_prefix(parent.episode, t), env, state, parent=parent, t0=t, k=k)
+        keep = self.record if record is None else record
+        child = Path(clone_prefix(parent.episode, t), env, state, parent, t, k, record=keep)
         child.snaps = {s: v for s, v in parent.snaps.items() if s <= t}
         parent.children.append(child)
         self.paths.append(child)
@@ -217,8 +219,8 @@ class Forest:
 
     def _turn(self, live: list[Path]) -> None:
         ctx = self.ctx
-        if self.record:
-            for p in live:
+        for p in live:
+            if p.record:
                 p.snaps[p.t] = p.env.snapshot()
         recorder = _Recorder(ctx.policy)
         states = [p.state for p in live]

@@ -159,7 +159,7 @@ class ErrorSearchStrategy:
                         s.stopped = s.stopped or s.open
                     continue
                 budgets[g] -= x
-                run = [forest.branch(current.path, m + 1) for _ in range(x)]
+                run = [forest.branch(current.path, m + 1, record=False) for _ in range(x)]
                 probes.append((current, m, run))
             if not probes:
                 return

@@ -100,7 +100,7 @@ class MCValueStrategy:
         per_chunk = max(1, self.parallel // self.k)
         for i in range(0, len(probes), per_chunk):
             chunk = probes[i : i + per_chunk]
-            runs = [[forest.branch(p, t) for _ in range(self.k)] for p, t in chunk]
+            runs = [[forest.branch(p, t, record=False) for _ in range(self.k)] for p, t in chunk]
             forest.play([c for run in runs for c in run])
             for (p, t), run in zip(chunk, runs, strict=True):
                 values[id(p), t] = sum(self._outcome(c.episode, t) for c in run) / self.k

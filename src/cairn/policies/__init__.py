@@ -81,7 +81,9 @@ def build_policy(
     if adapters:
         model = load_adapters(model, checkpoint)
     elif getattr(cfg, "lora", None) is not None:
-        model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
+        with torch.random.fork_rng(devices=[]):  # adapter init from the seed, not global state
+            torch.manual_seed(seed)
+            model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
     return HFPolicy(model, tokenizer, device=cfg.device)
 
 

@@ -232,9 +232,6 @@ class TrainConfig(_Section):
     )
     max_episodes: int | None = Field(None, gt=0, description="Stop after this many episodes.")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; null = all cores.")
-    fsdp: bool = Field(
-        False, description="Under torchrun: shard the model with FSDP instead of DDP replicas."
-    )
 
 
 class EvalConfig(_Section):

@@ -1,0 +1,149 @@
+"""Exploration benchmarks: each claim of issue 6 as a `cairn compare` over variants of a preset.
+
+    python benchmarks/exploration_compare.py cold_start [--seeds 3] [--jobs 2] [--out DIR]
+    python benchmarks/exploration_compare.py memory     [--seeds 3] [--jobs 2] [--out DIR]
+    python benchmarks/exploration_compare.py ladder     [--seeds 3] [--jobs 2] [--out DIR]
+
+A variant is a preset plus ``--set``-style overrides; the resolved configs are written to
+``OUT/configs/`` and trained on seeds 0..N-1 with ``cairn.train.compare`` (runs resume
+where they stopped). The table (per-seed final greedy success on held-out seeds, the last
+iteration's rollout success, episodes, seconds) goes to
+``benchmarks/results/exploration_<claim>.md`` with the command that produced it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from cairn.train.compare import compare
+from cairn.train.config import load_config
+from cairn.train.runlog import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+# claim -> (preset, shared overrides, {variant: overrides}, what the claim is)
+CLAIMS: dict[str, tuple[str, list[str], dict[str, list[str]], str]] = {
+    "cold_start": (
+        "configs/sokoban_luffy.yaml",
+        [],
+        {
+            "grpo": ["exploration.demos.enabled=false", "rollout.group_size=8"],
+            "grpo_luffy": [],
+        },
+        "On a 7x7 two-box sokoban that a random tiny model never solves, GRPO stays at 0 "
+        "success while GRPO + LUFFY (7 on-policy + 1 solver demonstration per group) "
+        "becomes clearly positive on held-out seeds within the same episode budget.",
+    ),
+    "memory": (
+        "configs/frozenlake_empo2.yaml",
+        [],
+        {
+            "grpo": ["exploration.memory.enabled=false", "rewards=[]"],
+            "empo2": [],
+            "empo2_no_offpolicy": ["exploration.memory.probs={on_policy: 0.75, tips: 0.25}"],
+            "empo2_no_tips_mode": ["exploration.memory.probs={on_policy: 0.75, off_policy: 0.25}"],
+        },
+        "On FrozenLake 8x8 (reward only at the goal), GRPO + EMPO2 (memory modes + novelty "
+        "reward) against GRPO with the same episodes, and each mode's ablation.",
+    ),
+    "ladder": (
+        "configs/integration_ladder.yaml",
+        [],
+        {
+            "originals": ["exploration.variants.enabled=false"],
+            "ladder": [],
+        },
+        "On integrals above the model's level, curriculum training on LADDER variants "
+        "against training on the originals alone (greedy success on held-out originals).",
+    ),
+}
+
+
+def _variant_config(preset: str, overrides: list[str], name: str, out: Path) -> Path:
+    cfg = load_config(ROOT / preset, [*overrides, f"name={name}"])
+    path = out / "configs" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    return path
+
+
+def _last_rollout(run_dir: Path) -> float | None:
+    rows = read_metrics(run_dir)
+    return rows[-1].get("rollout/success") if rows else None
+
+
+def _table(summary: dict, out: Path) -> list[str]:
+    lines = [
+        "| variant | eval success per seed | mean ± sd | last rollout success per seed "
+        "| episodes | train s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, c in summary["configs"].items():
+        finals = np.array(c["final_success"], dtype=float)
+        roll = [_last_rollout(out / name / f"seed{s}") for s in range(c["seeds"])]
+        eps = sorted({int(curve[-1][0]) for curve in c["curves"] if curve})
+        sd = finals.std(ddof=1) if len(finals) > 1 else 0.0
+        lines.append(
+            f"| {name} | {', '.join(f'{x:.3f}' for x in finals)} | {finals.mean():.3f} ± "
+            f"{sd:.3f} | {', '.join('-' if r is None else f'{r:.3f}' for r in roll)} | "
+            f"{'/'.join(map(str, eps))} | {', '.join(f'{t:.0f}' for t in c['train_seconds'])} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("claim", choices=sorted(CLAIMS))
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--out", default=None)
+    p.add_argument("--set", dest="overrides", action="append", default=[])
+    args = p.parse_args(argv)
+    preset, shared, variants, claim = CLAIMS[args.claim]
+    out = Path(args.out or f"runs/exploration-{args.claim}")
+    configs = [
+        str(_variant_config(preset, [*shared, *o, *args.overrides], name, out))
+        for name, o in variants.items()
+    ]
+    start = time.time()
+    summary = compare(configs, args.seeds, out, jobs=args.jobs)
+    wall = time.time() - start
+    command = " ".join(["python benchmarks/exploration_compare.py", *sys.argv[1:]])
+    text = [
+        f"# Exploration benchmark: {args.claim}",
+        "",
+        claim,
+        "",
+        f"Command: `{command}` (preset `{preset}`; wall {wall / 60:.1f} min on the shared "
+        "2-core CPU machine, runs in parallel with one torch thread each).",
+        "",
+        "Variants (overrides of the preset):",
+        "",
+        *[
+            f"- `{n}`: {' '.join(f'`{x}`' for x in o) or '(the preset)'}"
+            for n, o in variants.items()
+        ],
+        "",
+        *_table(summary, out),
+        "",
+        "Eval success: greedy episodes on held-out seeds after the last iteration (no tips, "
+        "no demonstrations). Rollout success: sampled on-policy episodes of the last "
+        "iteration (demonstrations excluded; memory-guided ones included).",
+    ]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"exploration_{args.claim}.md").write_text("\n".join(text) + "\n")
+    (out / "summary_exploration.json").write_text(json.dumps(summary, indent=2, default=str))
+    print("\n".join(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""LUFFY demonstrations: action ids under constrained decoding, replay, sources, mixing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from cairn.agent import PromptBuilder
+from cairn.data.episode import to_records
+from cairn.data.tokens import TokenBatch
+from cairn.envs import make
+from cairn.exploration.demos import (
+    JsonlDemos,
+    SolverDemos,
+    constrained_ids,
+    demo_episode,
+    make_source,
+    mix_demos,
+)
+from cairn.rollout import RolloutSettings, rollout, tasks_for_groups
+
+SETTINGS = RolloutSettings(restrict_to_admissible=True, max_new_tokens=4)
+WORDS = {"go": 5, "north": 6, "up": 7, "down": 8}
+
+
+def _enc(text: str) -> list[int]:
+    return [WORDS[w] for w in text.split()]
+
+
+def test_constrained_ids_worked_example():
+    # single-token choices: one token, no end-of-sequence needed (the trie leaf ends it)
+    assert constrained_ids(_enc, "up", ["up", "down"], eos_id=2) == ([7], [[7, 8]])
+    # "go" is a prefix of "go north": after "go" the policy must choose eos or "north"
+    ids, allowed = constrained_ids(_enc, "go", ["go", "go north", "up"], eos_id=2)
+    assert ids == [5, 2] and allowed == [[5, 7], [6, 2]]
+    ids, allowed = constrained_ids(_enc, "go north", ["go", "go north", "up"], eos_id=2)
+    assert ids == [5, 6] and allowed == [[5, 7], [6, 2]]
+    with pytest.raises(ValueError, match="not among the admissible"):
+        constrained_ids(_enc, "down", ["up"], eos_id=2)
+
+
+def test_constrained_ids_match_what_the_policy_generates(policy, sokoban):
+    """The demo's ids and allowed sets equal those of a real constrained generation."""
+    obs, info = sokoban.reset(seed=3)
+    choices = info["admissible"]
+    prompt = policy.encode(PromptBuilder().build(sokoban.instruction, [], obs))
+    gen = torch.Generator().manual_seed(0)
+    for g in policy.generate([prompt] * 16, choices=[choices] * 16, generator=gen):
+        ids, allowed = constrained_ids(policy.encode, g.text, choices, policy.eos_id)
+        assert ids == g.token_ids
+        assert [sorted(a) for a in allowed] == [sorted(a) for a in g.allowed]
+
+
+def test_solver_demo_replays_in_the_rollout_prompt_format(policy, sokoban):
+    prompt = PromptBuilder()
+    sokoban.reset(seed=5)
+    plan = SolverDemos().actions(sokoban, 5, 0)
+    e = demo_episode(
+        sokoban, 5, plan, policy=policy, prompt=prompt, settings=SETTINGS, episode_id=9, group=2
+    )
+    assert e.success and e.source == 1 and (e.id, e.group, e.task) == (9, 2, 5)
+    assert [s.action for s in e.steps] == plan
+    # the same prompts an on-policy episode of this task would see at those states
+    ref = rollout(policy, [sokoban], tasks_for_groups([5], 1), prompt, SETTINGS)[0]
+    assert e.steps[0].prompt_ids == ref.steps[0].prompt_ids
+    assert all(lp == 0.0 for s in e.steps for lp in s.logprobs)  # expert probability 1
+    assert e.ret == pytest.approx(sum(s.reward for s in e.steps))
+    tokens = TokenBatch.from_episodes([e, ref], np.zeros(len(e.steps) + len(ref.steps)))
+    assert tokens.flags["off_policy"].tolist() == [True] * len(e.steps) + [False] * len(ref.steps)
+
+
+def test_mix_demos_joins_each_group_with_fresh_ids(policy, sokoban):
+    envs = [make("sokoban", render="compact", max_solution=5) for _ in range(4)]
+    eps = rollout(policy, envs, tasks_for_groups([5, 6], 2), PromptBuilder(), SETTINGS)
+    demos = mix_demos(
+        eps, SolverDemos(), 2, env=sokoban, policy=policy, prompt=PromptBuilder(),
+        settings=SETTINGS,
+    )  # fmt: skip
+    assert [(d.group, d.task, d.id) for d in demos] == [(0, 5, 4), (0, 5, 5), (1, 6, 6), (1, 6, 7)]
+    assert all(d.meta["demo"] == "solver" and d.success for d in demos)
+
+
+def test_jsonl_source_reads_dumps_and_matches_tasks(tmp_path, policy, sokoban):
+    sokoban.reset(seed=5)
+    e = demo_episode(
+        sokoban, 5, SolverDemos().actions(sokoban, 5, 0), policy=policy, prompt=PromptBuilder(),
+        settings=SETTINGS, episode_id=0, group=0,
+    )  # fmt: skip
+    path = tmp_path / "demos.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in to_records([e])) + "\n")
+    src = make_source("jsonl", path=str(path))
+    assert src.actions(sokoban, 5, 0) == [s.action for s in e.steps]
+    assert src.actions(sokoban, 6, 0) is None  # no record of task 6
+    anyone = JsonlDemos(path, match="any")
+    assert anyone.actions(sokoban, 123, 0) == [s.action for s in e.steps]
+
+
+def test_bad_sources(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        JsonlDemos(tmp_path / "missing.jsonl")
+    (tmp_path / "empty.jsonl").write_text("{}\n")
+    with pytest.raises(ValueError, match="no episode"):
+        JsonlDemos(tmp_path / "empty.jsonl")
+    with pytest.raises(ValueError, match="match"):
+        JsonlDemos(tmp_path / "empty.jsonl", match="all")
+    with pytest.raises(ValueError, match="unknown demo source"):
+        make_source("oracle")
+    with pytest.raises(ValueError, match=r"solve\(\)"):
+        SolverDemos().actions(object(), 0, 0)

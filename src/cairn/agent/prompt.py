@@ -10,10 +10,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["TEMPLATE_WORDS", "PromptBuilder"]
+__all__ = ["TAGS", "TEMPLATE_WORDS", "PromptBuilder", "tagged"]
 
 OBS, ACT, TIPS = "obs:", "act:", "tips:"
-TEMPLATE_WORDS = (OBS, ACT, TIPS)
+#: Delimiters of text blocks inside prompts and completions: memory tips (EMPO2), a
+#: strategy (SGE), self-written search results (SSRL). Whitespace-separated words, so a
+#: word-level tokenizer gives each delimiter one token.
+TAGS = {
+    "tip": ("<tip>", "</tip>"),
+    "strategy": ("<strategy>", "</strategy>"),
+    "information": ("<information>", "</information>"),
+}
+TEMPLATE_WORDS = (OBS, ACT, TIPS, *(w for pair in TAGS.values() for w in pair))
+
+
+def tagged(tag: str, texts: Sequence[str]) -> str:
+    """``<tag> text </tag>`` for each text, joined by spaces ("" when ``texts`` is empty)."""
+    if tag not in TAGS:
+        raise ValueError(f"unknown tag {tag!r}; allowed: {', '.join(TAGS)}")
+    open_, close = TAGS[tag]
+    return " ".join(f"{open_} {t} {close}" for t in texts)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ _REWARDS: dict[str, str] = {
     "step_accuracy": "cairn.rewards.step_grpo:StepAccuracy",
     "step_validity": "cairn.rewards.step_grpo:StepValidity",
     "info_gain": "cairn.rewards.info_gain:InfoGain",
+    "novelty": "cairn.rewards.intrinsic:Novelty",
 }
 
 

@@ -33,6 +33,7 @@ from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode, to_records, to_step_batch
 from cairn.data.tokens import TokenBatch
 from cairn.envs import make
+from cairn.exploration import Exploration
 from cairn.losses import LossConfig, policy_loss
 from cairn.policies import build_policy
 from cairn.policies.critic import Critic, value_loss
@@ -121,6 +122,12 @@ class Trainer:
             action_pattern=cfg.agent.action_pattern,
         )
         self.strategy = make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
+        # Exploration (EMPO2 memory, LUFFY demos, SGE, LADDER, SSRL) wraps the strategy.
+        self.exploration = Exploration(
+            cfg.exploration, policy=self.policy, prompt=self.prompt, env_factory=env_factory,
+            run_dir=self.dir, seed=cfg.seed,
+        )  # fmt: skip
+        self.strategy = self.exploration.wrap(self.strategy)
         self.rewards = [make_reward(r.name, **r.options) for r in cfg.rewards]
         self.reward_ctx = RewardContext(policy=self.policy, prompt=self.prompt)
         # Random streams: tasks, minibatch order, token sampling (all checkpointed).
@@ -193,13 +200,14 @@ class Trainer:
             "iteration": self.iteration,
             "episodes": self.episodes,
             "steps": len(batch),
-            **episode_stats(episodes, "rollout"),
+            **episode_stats([e for e in episodes if e.source != 1] or episodes, "rollout"),
             "rollout/forward_tokens": rollout_tokens,
             "rollout/dropped_groups": dropped,
             "adv/mean": float(adv.mean()),
             "adv/std": float(adv.std()),
             "adv/abs_max": float(np.abs(adv).max()),
             **actor,
+            **self.exploration.metrics(),
             "time/rollout": t1 - t0,
             "time/advantage": t2 - t1,
             "time/update": t3 - t2,
@@ -234,6 +242,7 @@ class Trainer:
                 e.group += r * cfg.groups
             for reward in self.rewards:
                 reward(new, self.reward_ctx)
+            self.exploration.observe(new)  # EMPO2: tips written after every episode
             sampled += len(new)
             if not cfg.dynamic_sampling:
                 return new, sampled, 0
@@ -415,6 +424,8 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
             "critic_optimizer": self.critic_opt.state_dict() if self.critic_opt else None,
+            "exploration": self.exploration.state_dict(),
+            "rewards": [r.state_dict() if hasattr(r, "state_dict") else None for r in self.rewards],
         }
 
     def _save(self) -> None:
@@ -444,6 +455,11 @@ class Trainer:
             self.ref_model.load_state_dict(state["ref_model"])
         if self.critic_opt is not None and state.get("critic_optimizer") is not None:
             self.critic_opt.load_state_dict(state["critic_optimizer"])
+        if "exploration" in state:
+            self.exploration.load_state_dict(state["exploration"])
+        for reward, saved in zip(self.rewards, state.get("rewards", []), strict=False):
+            if saved is not None:
+                reward.load_state_dict(saved)
         self.log.truncate_after(self.iteration)
         self.log.say(f"resumed from {ckpt.name} (iteration {self.iteration})")
 
@@ -481,6 +497,7 @@ class Trainer:
         self.engine.close()
         self.train_envs.close()
         self.eval_envs.close()
+        self.exploration.close()
 
 
 def _groups_with_signal(episodes: list[Episode]) -> set[int]:

@@ -1,0 +1,223 @@
+"""LUFFY's off-policy demonstrations mixed into each group (arXiv 2504.14945, Sec. 3).
+
+Mixed-policy GRPO: every group of n_on on-policy episodes gets n_off expert
+demonstrations of the same task instance (paper: 7 + 1); advantages are computed over the
+mixed group (the estimators group by ``Episode.group``), and demonstration tokens are
+trained with the shaped loss ``-A * p / (p + gamma)`` (gamma 0.1, no clipping, the expert's
+probability taken as 1): ``Episode.source = 1`` sets the token batch's ``off_policy`` flag.
+
+A demonstration is an action sequence *replayed* in the env from the group's seed, so its
+steps have the very prompts, observations, rewards and anchors an on-policy episode would
+have (same ``PromptBuilder``), and its action ids are what the policy would emit for those
+actions (the admissible-choice restriction included, so the shaped probability p is the
+one the restricted policy assigns). Sources:
+
+- ``solver``: the env's own planner, ``env.solve()`` after reset (sokoban's BFS solver);
+- ``jsonl``: a file of episodes (``cairn.data.episode.to_records`` lines, or any JSON
+  objects with ``task`` and ``steps: [{action}, ...]``); ``match="task"`` uses only
+  records of the group's task seed, ``match="any"`` replays the record ``seed % n`` (for
+  envs whose task does not depend on the seed, e.g. a fixed map).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from cairn.agent import PromptBuilder
+from cairn.data.episode import Episode, Step
+from cairn.envs import TextEnv
+
+__all__ = [
+    "SOURCE_DEMO",
+    "DemoSource",
+    "JsonlDemos",
+    "SolverDemos",
+    "constrained_ids",
+    "demo_episode",
+    "make_source",
+    "mix_demos",
+]
+
+SOURCE_DEMO = 1  # Episode.source of an off-policy demonstration
+
+
+class DemoSource(Protocol):
+    def actions(self, env: TextEnv, seed: int, k: int) -> list[str] | None:
+        """The k-th demonstration's actions for the task of ``seed`` (``env`` just reset
+        to it), or None when there is none."""
+        ...
+
+
+class SolverDemos:
+    """``solver``: the env's planner (``env.solve()``), e.g. sokoban's BFS."""
+
+    name = "solver"
+
+    def actions(self, env: TextEnv, seed: int, k: int) -> list[str] | None:
+        solve = getattr(env, "solve", None)
+        if not callable(solve):
+            raise ValueError(
+                f"demo source 'solver' needs an env with solve(); {type(env).__name__} has "
+                "none (use source 'jsonl')"
+            )
+        plan = solve()
+        return None if plan is None else list(plan)
+
+
+class JsonlDemos:
+    """``jsonl``: recorded episodes; see the module docstring for the formats."""
+
+    name = "jsonl"
+
+    def __init__(self, path: str | Path, match: str = "task"):
+        if match not in ("task", "any"):
+            raise ValueError(f"jsonl demos match must be 'task' or 'any', got {match!r}")
+        self.match = match
+        self.records = _read_records(Path(path))
+        if not self.records:
+            raise ValueError(f"demo file {str(path)!r} holds no episode with steps")
+        self.by_task: dict[int, list[list[str]]] = {}
+        for task, actions in self.records:
+            self.by_task.setdefault(task, []).append(actions)
+
+    def actions(self, env: TextEnv, seed: int, k: int) -> list[str] | None:
+        if self.match == "any":
+            return self.records[(seed + k) % len(self.records)][1]
+        options = self.by_task.get(int(seed), [])
+        return options[k % len(options)] if options else None
+
+
+def _read_records(path: Path) -> list[tuple[int, list[str]]]:
+    if not path.exists():
+        raise ValueError(f"demo file {str(path)!r} does not exist")
+    opener = gzip.open if path.suffix == ".gz" else open
+    out = []
+    with opener(path, "rt") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n} is not JSON: {err}") from None
+            for ep in rec.get("episodes", [rec]):  # a dump line may hold several
+                steps = ep.get("steps") or []
+                if steps:
+                    out.append((int(ep.get("task", 0)), [str(s["action"]) for s in steps]))
+    return out
+
+
+def constrained_ids(
+    encode: Any, action: str, choices: Sequence[str], eos_id: int
+) -> tuple[list[int], list[list[int]]]:
+    """The ids a choice-restricted policy emits for ``action`` and the ids allowed at each.
+
+    Mirrors ``HFPolicy.generate`` with ``choices``: tokens walk a trie of the encoded
+    choices; a choice that is a prefix of another needs an explicit end-of-sequence token.
+    """
+    seqs = [tuple(encode(c)) for c in choices]
+    target = tuple(encode(action))
+    if target not in seqs:
+        raise ValueError(f"demo action {action!r} is not among the admissible {list(choices)}")
+    ids, allowed = [], []
+    for j in range(len(target) + 1):
+        prefix = target[:j]
+        nxt = list(dict.fromkeys(s[j] for s in seqs if len(s) > j and s[:j] == prefix))
+        ends = prefix in seqs
+        if j == len(target):
+            if not nxt:  # a complete choice with no continuation: generation stops here
+                break
+            ids.append(eos_id)
+            allowed.append([*nxt, eos_id])
+            break
+        ids.append(target[j])
+        allowed.append([*nxt, eos_id] if ends else nxt)
+    return ids, allowed
+
+
+def demo_episode(
+    env: TextEnv,
+    seed: int,
+    actions: Sequence[str],
+    *,
+    policy: Any,
+    prompt: PromptBuilder,
+    settings: Any,
+    episode_id: int,
+    group: int,
+) -> Episode:
+    """Replay ``actions`` from ``env.reset(seed)`` as an ``Episode(source=1)``."""
+    obs, info = env.reset(seed=seed)
+    e = Episode(id=episode_id, group=group, task=int(seed), source=SOURCE_DEMO)
+    for action in actions:
+        text = prompt.build(env.instruction, [(s.observation, s.action) for s in e.steps], obs)
+        choices = info.get("admissible") if settings.restrict_to_admissible else None
+        if choices:
+            ids, allowed = constrained_ids(policy.encode, action, choices, policy.eos_id)
+        else:
+            ids, allowed = [*policy.encode(action), policy.eos_id], None
+        nxt, reward, terminated, truncated, nxt_info = env.step(action)
+        valid = bool(nxt_info.get("valid", True))
+        e.steps.append(
+            Step(
+                t=len(e.steps), observation=obs, anchor=info.get("anchor", obs), action=action,
+                completion=action, reward=float(reward), valid=valid,
+                penalty=0.0 if valid else settings.invalid_penalty,
+                prompt_ids=policy.encode(text), action_ids=ids, logprobs=[0.0] * len(ids),
+                allowed=allowed,
+            )
+        )  # fmt: skip
+        obs, info = nxt, nxt_info
+        out = settings.max_turns is not None and len(e.steps) >= settings.max_turns
+        if terminated or truncated or out:
+            e.terminated, e.truncated = bool(terminated), not terminated
+            break
+    e.success = bool(info.get("success", False))
+    return e
+
+
+def mix_demos(
+    episodes: list[Episode],
+    source: DemoSource,
+    n_off: int,
+    *,
+    env: TextEnv,
+    policy: Any,
+    prompt: PromptBuilder,
+    settings: Any,
+    only_successful: bool = True,
+) -> list[Episode]:
+    """``n_off`` demonstrations per group of ``episodes``, with fresh episode ids."""
+    tasks = {e.group: e.task for e in episodes if e.source != SOURCE_DEMO}
+    next_id = max((e.id for e in episodes), default=-1) + 1
+    demos: list[Episode] = []
+    for group in sorted(tasks):
+        for k in range(n_off):
+            env.reset(seed=tasks[group])
+            actions = source.actions(env, tasks[group], k)
+            if not actions:
+                continue
+            demo = demo_episode(
+                env, tasks[group], actions, policy=policy, prompt=prompt, settings=settings,
+                episode_id=next_id, group=group,
+            )  # fmt: skip
+            if demo.success or not only_successful:
+                demo.meta["demo"] = getattr(source, "name", "demo")
+                demos.append(demo)
+                next_id += 1
+    return demos
+
+
+def make_source(name: str, **options: Any) -> DemoSource:
+    """``solver`` or ``jsonl`` (options: ``path``, ``match``)."""
+    if name == "solver":
+        if options:
+            raise ValueError(f"demo source 'solver' takes no options, got {sorted(options)}")
+        return SolverDemos()
+    if name == "jsonl":
+        return JsonlDemos(**options)
+    raise ValueError(f"unknown demo source {name!r}; allowed: solver, jsonl")

@@ -143,7 +143,9 @@ class Trainer:
         self.iteration, self.episodes, self.train_seconds = 0, 0, 0.0
         self.evals: list[dict[str, Any]] = []
         log_dir = self.dir if self.dist.is_main else self.dir / "ranks" / str(rank)
-        self.log = RunLog(log_dir, cfg.log.progress)
+        self.log = RunLog(
+            log_dir, cfg.log.progress, loggers=cfg.log.loggers, config=cfg.model_dump()
+        )
         if ckpt is not None:
             self._restore(ckpt)
 
@@ -180,7 +182,7 @@ class Trainer:
         # --- advantage -----------------------------------------------------------------------
         adv, parts = estimate_parts(cfg.advantage.name, batch, **cfg.advantage.options)
         if cfg.advantage.whiten:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-6)
+            adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-6) if len(adv) > 1 else adv * 0
         t2 = time.perf_counter()
         # --- loss and update -----------------------------------------------------------------
         tokens = TokenBatch.from_episodes(episodes, adv, pad_id=self.policy.pad_id)
@@ -497,6 +499,7 @@ class Trainer:
         self.engine.close()
         self.train_envs.close()
         self.eval_envs.close()
+        self.log.close()
         self.exploration.close()
 
 

@@ -59,13 +59,17 @@ RESULTS = ROOT / "benchmarks" / "results"
 SAMPLED = [(1, 3), (3, 9), (10, 30), (33, 100), (100, 300)]
 QUICK = [(1, 3), (10, 30)]
 #: Episode lengths (env max_steps) of the probes-vs-length table (50 failures each).
-LENGTHS = [4, 8, 15, 30, 60]
+LENGTHS = [5, 8, 15, 30, 60]
 #: Constant continuations per probe evaluated by the exact expectation only.
 EXPECTED_ONLY = [1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000]
 
 
 def _context(seed: int = 0, max_steps: int | None = None):
-    cfg = load_config(PRESET, [] if max_steps is None else [f"env.options.max_steps={max_steps}"])
+    over = []
+    if max_steps is not None:  # rooms must stay solvable within an episode
+        solution = min(5, max_steps)
+        over = [f"env.options.max_steps={max_steps}", f"env.options.max_solution={solution}"]
+    cfg = load_config(PRESET, over)
     pool = EnvPool(lambda: make(cfg.env.name, **cfg.env.options))
     probe = pool.take(1)[0]
     probe.reset(seed=0)
@@ -214,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     n = args.failures or (40 if args.quick else 200)
+    lengths = [] if args.quick else [_probes_vs_length(ms) for ms in LENGTHS]
     ctx, env = _context()
     max_steps = env.max_steps
     forest, found = failures(ctx, n)
@@ -255,7 +260,6 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"expected_accuracy_at_constant_x": dict(curve)}))
     if not args.quick:
         stats = _oracle_stats(rooms, truth, max_steps, exact)
-        lengths = [_probes_vs_length(ms) for ms in LENGTHS]
         (RESULTS / "error_search.md").write_text(_report(rows, curve, stats, n, lengths))
         _figure(rows, curve, RESULTS / "error_search.png")
         print(f"wrote {RESULTS / 'error_search.md'} and error_search.png")

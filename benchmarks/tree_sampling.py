@@ -46,6 +46,27 @@ PRESET = ROOT / "configs" / "sokoban_gigpo.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "tree_sampling.md"
 DEFAULT_TREE: dict[str, Any] = {}  # the strategy's own defaults
 
+BIAS_NOTE = (
+    "The leaves' success rate is below that of independent samples: the budget goes to "
+    "paths still running, so a path that succeeds early keeps one leaf while live (mostly "
+    "failing) paths split. Longer segments and a single root share more (bigger saving) "
+    "but split later; segment_turns 1 or two roots give up most of the saving."
+)
+
+CACHE_NOTE = (
+    "Cross-call prefix cache, decision: not built. `generate` already prefills each distinct "
+    "prompt once per call. With history 0 most of what is left (`cacheable`, about 0.85) is "
+    "whole prompts repeated across turns (the same state met again), i.e. memoising the "
+    "policy per state, not sharing a KV prefix; with history 2 or 8 the cacheable share "
+    "falls to 0.6 and 0.4 (the instruction plus overlapping history). Skipping it could "
+    "save at most the forward share of the wall time (0.4 to 0.5 at history 0), but needs "
+    "invalidation on every weight update and batching cached KV entries of different "
+    "lengths into one left-padded cache inside HFPolicy.generate; on GPU the vLLM engine's "
+    "automatic prefix caching does this already. Prefix sharing across branches is done "
+    "without a cache: a branch copies its parent's steps and never regenerates them "
+    "(`turns` above)."
+)
+
 #: (leaves per task, tree options, prompt history) rows of the full table.
 SETTINGS: list[tuple[int, dict[str, Any], int]] = [
     (8, {}, 0),
@@ -170,17 +191,19 @@ def _table(rows: list[tuple[int, dict[str, Any], int, dict[str, Any]]], groups: 
         f"{platform.system()}, Python {platform.python_version()}) with "
         f"`python benchmarks/tree_sampling.py`: the demo preset's env and tiny random-init "
         f"model, {groups} task seeds per row, both methods on the same seeds and the same "
-        "policy. Tree defaults: width 2, segment_turns 3, roots 1, repeat no_branch, fill. "
+        "policy. Tree defaults: width 2, segment_turns 3, roots 1, repeat no_branch, fill "
+        "branch. "
         "`saving` = 1 - tree/independent forward tokens; `turns` = actions sampled (the "
         "tree's copied prefix steps are not sampled again; both give about the same number "
         "of training rows); `cacheable` = share of the "
         "forward tokens an ideal cross-call prefix cache could still skip; `fwd time` = share "
-        "of the sampling wall time inside the model's forward (tree / independent).",
+        "of the sampling wall time inside the model's forward and `seconds` the sampling wall "
+        "time (tree / independent; the machine was shared, so times are rough).",
         "",
         "| leaves/task | tree options | history | forward tokens tree | independent | saving "
         "| turns tree | independent | success tree | independent | cacheable tree | independent "
-        "| fwd time |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| fwd time | seconds |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for leaves, opts, history, r in rows:
         text = ", ".join(f"{k}={v}" for k, v in opts.items()) or "defaults"
@@ -190,8 +213,10 @@ def _table(rows: list[tuple[int, dict[str, Any], int, dict[str, Any]]], groups: 
             f"{r['turns_tree']:,} | {r['turns_independent']:,} | {r['success_tree']:.3f} | "
             f"{r['success_independent']:.3f} | {r['cacheable_tree']:.2f} | "
             f"{r['cacheable_independent']:.2f} | {r['forward_share_tree']:.2f} / "
-            f"{r['forward_share_independent']:.2f} |"
+            f"{r['forward_share_independent']:.2f} | {r['seconds_tree']:.1f} / "
+            f"{r['seconds_independent']:.1f} |"
         )
+    lines += ["", BIAS_NOTE, "", CACHE_NOTE]
     return "\n".join(lines) + "\n"
 
 

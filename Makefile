@@ -14,7 +14,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,envs,loggers]"
+	$(PY) -m pip install -q -e ".[dev,envs,loggers,lora]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from cairn.cli import main
+
+LADDER = str(Path(__file__).resolve().parents[1] / "configs" / "integration_ladder.yaml")
 
 
 def test_bad_config_value_exits_2_before_any_work(tmp_path, capsys):
@@ -36,3 +39,26 @@ def test_config_keys_lists_help(capsys):
     assert main(["config", "--keys"]) == 0
     out = capsys.readouterr().out
     assert "rollout.group_size" in out and "episodes per task instance" in out
+
+
+def test_ttrl_trains_on_the_problem_and_restores_the_weights(tmp_path, capsys):
+    code = main(
+        [
+            "ttrl",
+            LADDER,
+            "--problem",
+            "3*x**2",
+            *("--set", f"out_dir={tmp_path}", "--set", "train.iterations=1"),
+            *("--set", "train.max_episodes=null", "--set", "rollout.groups=1"),
+            *("--set", "rollout.group_size=2", "--set", "log.progress=false"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "weights restored: True" in out
+    (run,) = tmp_path.iterdir()
+    assert "3*x**2" in (run / "config.yaml").read_text()
+
+
+def test_ttrl_from_a_folder_without_checkpoint_is_a_clear_error(tmp_path, capsys):
+    code = main(["ttrl", LADDER, "--problem", "x", "--from", str(tmp_path)])
+    assert code == 2 and "no checkpoint" in capsys.readouterr().out

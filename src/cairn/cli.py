@@ -59,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
         "--serve-seconds", type=float, default=None, help="stop serving after this many seconds"
     )
 
+    r = sub.add_parser(
+        "ttrl", help="test-time RL (LADDER): train on one problem's variants, then restore"
+    )
+    r.add_argument("config", help="a config with an env that takes the problem (integration)")
+    r.add_argument("--problem", required=True, help="the test problem, e.g. 'x*exp(x)'")
+    r.add_argument("--from", dest="source", metavar="RUN_DIR", help="start from a run's weights")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
     g = sub.add_parser("config", help="print a resolved config, or every key with its help")
     g.add_argument("config", nargs="?")
     g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -155,6 +163,36 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ttrl(args: argparse.Namespace) -> int:
+    """LADDER's test-time RL: variants of one problem, RL on them, greedy answer, restore."""
+    from cairn.exploration.variants import test_time_rl
+    from cairn.train.checkpoint import latest_checkpoint
+    from cairn.train.trainer import Trainer, new_run_dir
+
+    problem = json.dumps(args.problem)  # a quoted YAML string
+    overrides = [
+        f"env.options.integrand={problem}",
+        "exploration.variants.enabled=true",
+        f"exploration.variants.problems=[{problem}]",
+        "eval.episodes=1",
+        "eval.at_start=true",
+    ]
+    if args.source:
+        ckpt = latest_checkpoint(Path(args.source))
+        if ckpt is None:
+            raise ConfigError(f"--from {args.source}: no checkpoint there")
+        overrides.append(f"model.path={json.dumps(str(ckpt))}")
+    cfg = load_config(args.config, [*overrides, *args.overrides])
+    run_dir = new_run_dir(cfg)
+    console.print(f"test-time RL on {args.problem!r}: {run_dir}")
+    summary = test_time_rl(lambda: Trainer(cfg, run_dir))
+    console.print(
+        f"solved before: {_fmt(summary['untrained_success'])}, after test-time RL: "
+        f"{_fmt(summary['eval_success'])}; weights restored: {summary['weights_restored']}"
+    )
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
@@ -178,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval": cmd_eval,
         "compare": cmd_compare,
         "inspect": cmd_inspect,
+        "ttrl": cmd_ttrl,
         "config": cmd_config,
     }
     try:

@@ -30,7 +30,7 @@ def test_values_share_identical_prompts_and_start_at_zero(tiny_policy):
 
 
 def test_critic_learns_a_constant(tiny_policy):
-    # Adam moves the zero-initialised head's bias about lr per step: 80 x 0.03 > 2 (with room for overshoot).
+    # Adam moves the zero-initialised head bias about lr per step: 80 x 0.03 > 2, with room.
     critic = Critic.from_config(tiny_policy.model.config, tiny_policy.pad_id, seed=0)
     opt = torch.optim.Adam(critic.parameters(), lr=3e-2)
     prompts = [[5, 6], [7, 8, 9], [10]]

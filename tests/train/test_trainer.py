@@ -118,7 +118,9 @@ def test_crit_rows_reach_the_loss_as_a_wider_lower_clip(tmp_path, monkeypatch):
     import cairn.rollout as rollout_pkg
     import cairn.train.trainer as trainer_mod
 
-    monkeypatch.setitem(rollout_pkg._STRATEGIES, "crit_test", f"{__name__}:_CritStrategy")
+    monkeypatch.setitem(
+        rollout_pkg.STRATEGIES.entries, "crit_test", (f"{__name__}:_CritStrategy", None)
+    )
     seen = []
     real = trainer_mod.policy_loss
 

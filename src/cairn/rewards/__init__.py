@@ -13,15 +13,15 @@ a column instead (IGPO's ``info_gain``) writes ``Step.columns``.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cairn._options import check_options
+from cairn._registry import ImportRegistry
 from cairn.data.episode import Episode
 
 __all__ = [
+    "REWARDS",
     "RewardContext",
     "RewardFn",
     "available_rewards",
@@ -45,37 +45,20 @@ class RewardFn(Protocol):
     def __call__(self, episodes: Sequence[Episode], ctx: RewardContext) -> None: ...
 
 
-_REWARDS: dict[str, str] = {
-    "overlong": "cairn.rewards.shaped:OverlongPenalty",
-    "step_accuracy": "cairn.rewards.step_grpo:StepAccuracy",
-    "step_validity": "cairn.rewards.step_grpo:StepValidity",
-    "info_gain": "cairn.rewards.info_gain:InfoGain",
-    "novelty": "cairn.rewards.intrinsic:Novelty",
-}
-
-
-def register_reward(name: str, target: str) -> None:
-    """Register a reward class by import path ``"package.module:ClassName"``."""
-    if name in _REWARDS and _REWARDS[name] != target:
-        raise ValueError(f"reward {name!r} is already registered as {_REWARDS[name]}")
-    _REWARDS[name] = target
-
-
-def available_rewards() -> list[str]:
-    return sorted(_REWARDS)
-
-
-def _reward_class(name: str) -> type:
-    if name not in _REWARDS:
-        raise ValueError(f"unknown reward {name!r}; available: {', '.join(available_rewards())}")
-    module, _, cls = _REWARDS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def validate_reward_options(name: str, options: dict[str, Any]) -> None:
-    check_options(_reward_class(name).__init__, options, f"reward {name!r}")
+REWARDS = ImportRegistry(
+    "reward",
+    {
+        "overlong": "cairn.rewards.shaped:OverlongPenalty",
+        "step_accuracy": "cairn.rewards.step_grpo:StepAccuracy",
+        "step_validity": "cairn.rewards.step_grpo:StepValidity",
+        "info_gain": "cairn.rewards.info_gain:InfoGain",
+        "novelty": "cairn.rewards.intrinsic:Novelty",
+    },
+)
+register_reward = REWARDS.register  # register_reward(name, "package.module:Class")
+available_rewards = REWARDS.available
+validate_reward_options = REWARDS.validate
 
 
 def make_reward(name: str, **options: Any) -> RewardFn:
-    validate_reward_options(name, options)
-    return _reward_class(name)(**options)
+    return REWARDS.make(name, **options)

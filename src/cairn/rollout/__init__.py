@@ -14,14 +14,13 @@ columns such as ``value`` or ``crit``) for the estimators that read them.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-from cairn._options import check_options
+from cairn._registry import ImportRegistry
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
 from cairn.policies.hf import HFPolicy
@@ -35,6 +34,7 @@ from cairn.rollout.group import (
 )
 
 __all__ = [
+    "STRATEGIES",
     "EnvPool",
     "GroupStrategy",
     "RolloutContext",
@@ -68,39 +68,20 @@ class Strategy(Protocol):
     ) -> list[Episode]: ...
 
 
-_STRATEGIES: dict[str, str] = {
-    "group": "cairn.rollout.group:GroupStrategy",
-    "tree": "cairn.rollout.tree:TreeStrategy",
-    "entropy_branch": "cairn.rollout.entropy_branch:EntropyBranchStrategy",
-    "mc_values": "cairn.rollout.mc_values:MCValueStrategy",
-    "error_search": "cairn.rollout.error_search:ErrorSearchStrategy",
-}
-
-
-def register_strategy(name: str, target: str) -> None:
-    """Register a strategy class by import path ``"package.module:ClassName"``."""
-    if name in _STRATEGIES and _STRATEGIES[name] != target:
-        raise ValueError(f"rollout strategy {name!r} is already registered as {_STRATEGIES[name]}")
-    _STRATEGIES[name] = target
-
-
-def available_strategies() -> list[str]:
-    return sorted(_STRATEGIES)
-
-
-def _strategy_class(name: str) -> type:
-    if name not in _STRATEGIES:
-        raise ValueError(
-            f"unknown rollout strategy {name!r}; available: {', '.join(available_strategies())}"
-        )
-    module, _, cls = _STRATEGIES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def validate_strategy_options(name: str, options: dict[str, Any]) -> None:
-    check_options(_strategy_class(name).__init__, options, f"rollout strategy {name!r}")
+STRATEGIES = ImportRegistry(
+    "rollout strategy",
+    {
+        "group": "cairn.rollout.group:GroupStrategy",
+        "tree": "cairn.rollout.tree:TreeStrategy",
+        "entropy_branch": "cairn.rollout.entropy_branch:EntropyBranchStrategy",
+        "mc_values": "cairn.rollout.mc_values:MCValueStrategy",
+        "error_search": "cairn.rollout.error_search:ErrorSearchStrategy",
+    },
+)
+register_strategy = STRATEGIES.register  # register_strategy(name, "package.module:Class")
+available_strategies = STRATEGIES.available
+validate_strategy_options = STRATEGIES.validate
 
 
 def make_strategy(name: str, **options: Any) -> Strategy:
-    validate_strategy_options(name, options)
-    return _strategy_class(name)(**options)
+    return STRATEGIES.make(name, **options)

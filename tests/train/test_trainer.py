@@ -165,3 +165,20 @@ def test_every_sokoban_preset_trains_one_iteration(tmp_path, preset):
     cfg = load_config(preset, [*SMALL, f"out_dir={tmp_path}", "train.iterations=1"])
     summary = Trainer(cfg, tmp_path / preset.stem).run()
     assert summary["iterations"] == 1 and summary["eval_success"] is not None
+
+
+@pytest.mark.parametrize(
+    ("schedule", "factors"),
+    [
+        ("constant", [1.0, 1.0, 1.0, 1.0]),
+        # progress k/4 before iteration k+1; lr_final 0.1: 1 - 0.9 * k/4
+        ("linear", [1.0, 0.775, 0.55, 0.325]),
+        # 0.1 + 0.9 * (1 + cos(pi k/4)) / 2
+        ("cosine", [1.0, 0.8681980515, 0.55, 0.2318019485]),
+    ],
+)
+def test_lr_schedule_follows_the_iteration_budget(tmp_path, schedule, factors):
+    cfg = _cfg(tmp_path, "train.iterations=4", "optim.lr=0.002", f"optim.lr_schedule={schedule}")
+    Trainer(cfg, tmp_path / "run").run()
+    lrs = [r["actor/lr"] for r in read_metrics(tmp_path / "run")]
+    assert lrs == pytest.approx([0.002 * f for f in factors], rel=1e-9)

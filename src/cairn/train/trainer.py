@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import time
 from collections import defaultdict
@@ -169,6 +170,7 @@ class Trainer:
 
     def train_iteration(self) -> dict[str, Any]:
         cfg, t0 = self.cfg, time.perf_counter()
+        lr = self._schedule_lr()
         # --- rollout (+ shaped rewards) --------------------------------------------------------
         tokens_before = self.policy.forward_tokens
         episodes, sampled, dropped = self.collect()
@@ -209,6 +211,7 @@ class Trainer:
             "adv/std": float(adv.std()),
             "adv/abs_max": float(np.abs(adv).max()),
             **actor,
+            "actor/lr": lr,
             **self.exploration.metrics(),
             "time/rollout": t1 - t0,
             "time/advantage": t2 - t1,
@@ -375,6 +378,30 @@ class Trainer:
         return self.dist.mean_metrics(episode_stats(episodes, "eval"))
 
     # -- bookkeeping ---------------------------------------------------------------------------
+    def _progress(self) -> float:
+        """Fraction of the training budget used by the finished iterations: the largest over
+        iterations, episodes and (when ``train.time_budget_s`` is set) training seconds."""
+        t = self.cfg.train
+        used = [(self.iteration - 1) / t.iterations]
+        if t.time_budget_s is not None:
+            used.append(self.train_seconds / t.time_budget_s)
+        if t.max_episodes is not None:
+            used.append(self.episodes / t.max_episodes)
+        return min(1.0, max(used))
+
+    def _schedule_lr(self) -> float:
+        """Set and return this iteration's learning rate (``optim.lr_schedule``)."""
+        o, x = self.cfg.optim, self._progress()
+        if o.lr_schedule == "linear":
+            factor = 1.0 - (1.0 - o.lr_final) * x
+        elif o.lr_schedule == "cosine":
+            factor = o.lr_final + (1.0 - o.lr_final) * 0.5 * (1.0 + math.cos(math.pi * x))
+        else:
+            factor = 1.0
+        for group in self.opt.param_groups:
+            group["lr"] = o.lr * factor
+        return o.lr * factor
+
     def _done(self) -> bool:
         t = self.cfg.train
         return (

@@ -3,6 +3,10 @@
     python benchmarks/exploration_compare.py cold_start [--seeds 3] [--jobs 2] [--out DIR]
     python benchmarks/exploration_compare.py memory     [--seeds 3] [--jobs 2] [--out DIR]
     python benchmarks/exploration_compare.py ladder     [--seeds 3] [--jobs 2] [--out DIR]
+    python benchmarks/exploration_compare.py memory --variants empo2_no_offpolicy ...
+
+``--variants`` runs a subset and records it in ``exploration_<claim>_<variants>.md`` so that
+the full table of the claim is not overwritten by a partial one.
 
 A variant is a preset plus ``--set``-style overrides; the resolved configs are written to
 ``OUT/configs/`` and trained on seeds 0..N-1 with ``cairn.train.compare`` (runs resume
@@ -106,8 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", default=None)
     p.add_argument("--set", dest="overrides", action="append", default=[])
+    p.add_argument("--variants", nargs="+", default=None, help="run only these variants")
     args = p.parse_args(argv)
     preset, shared, variants, claim = CLAIMS[args.claim]
+    record = f"exploration_{args.claim}"
+    if args.variants:
+        unknown = sorted(set(args.variants) - set(variants))
+        if unknown:
+            p.error(f"unknown variants {unknown} for {args.claim}; known: {sorted(variants)}")
+        variants = {n: o for n, o in variants.items() if n in args.variants}
+        record += "_" + "_".join(variants)
     out = Path(args.out or f"runs/exploration-{args.claim}")
     configs = [
         str(_variant_config(preset, [*shared, *o, *args.overrides], name, out))
@@ -139,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "iteration (demonstrations excluded; memory-guided ones included).",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"exploration_{args.claim}.md").write_text("\n".join(text) + "\n")
+    (RESULTS / f"{record}.md").write_text("\n".join(text) + "\n")
     (out / "summary_exploration.json").write_text(json.dumps(summary, indent=2, default=str))
     print("\n".join(text))
     return 0

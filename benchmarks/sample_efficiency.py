@@ -5,9 +5,13 @@ Two settings, each config on N seeds with the same episode budget:
 - paper: GiGPO's setting (6x6 with walls, 1 box, 15 steps, any solvable room), longer.
 Records the curves (PNG) and episodes to the success target per seed in
 benchmarks/results/sample_efficiency.md. GiGPO's claim is that it needs fewer episodes.
+Other sokoban presets join with --configs; runs of the same preset and setting are shared
+between records (compare reuses a run directory that has a summary).
 
     python benchmarks/sample_efficiency.py            # full: 3 seeds, both settings
     python benchmarks/sample_efficiency.py --quick    # smoke run: 1 seed, tiny budget
+    python benchmarks/sample_efficiency.py --configs grpo gigpo proxmo ppo \
+        --settings demo --record credit_compare     # the credit-assignment comparison
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from datetime import date
 from pathlib import Path
 
@@ -22,7 +27,6 @@ from cairn.train.compare import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-CONFIGS = [str(ROOT / "configs" / f"sokoban_{a}.yaml") for a in ("grpo", "gigpo")]
 
 SETTINGS = {
     "demo": {"episodes": 20480, "set": []},
@@ -36,17 +40,23 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each")
     p.add_argument("--quick", action="store_true", help="1 seed, 2 iterations, not recorded")
     p.add_argument("--out", default="runs/sample_efficiency")
+    p.add_argument("--configs", nargs="+", default=["grpo", "gigpo"], help="sokoban presets")
+    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    p.add_argument("--record", default="sample_efficiency", help="results file name")
     args = p.parse_args()
+    configs = [str(ROOT / "configs" / f"sokoban_{a}.yaml") for a in args.configs]
+    command = " ".join(["python benchmarks/sample_efficiency.py", *sys.argv[1:]])
     report = [
-        "# Sample efficiency: GRPO vs GiGPO on sokoban",
+        f"# Sample efficiency on sokoban: {', '.join(args.configs)}",
         "",
-        f"Recorded {date.today()} by `python benchmarks/sample_efficiency.py` "
+        f"Recorded {date.today()} by `{command}` "
         f"({args.seeds} seeds per config, greedy success on 200 held-out rooms every 5 "
         "iterations of 256 episodes; budgets in episodes, so the machine's speed does "
         "not change the comparison).",
         "",
     ]
-    for name, setting in SETTINGS.items():
+    for name in args.settings:
+        setting = SETTINGS[name]
         episodes = 512 if args.quick else setting["episodes"]
         overrides = [
             *setting["set"],
@@ -55,11 +65,11 @@ def main() -> None:
             "log.trajectories_every=0",
         ]
         out = Path(args.out) / name
-        summary = compare(CONFIGS, 1 if args.quick else args.seeds, out, overrides, jobs=args.jobs)
+        summary = compare(configs, 1 if args.quick else args.seeds, out, overrides, jobs=args.jobs)
         if args.quick:
             print(json.dumps({k: v["final_success"] for k, v in summary["configs"].items()}))
             continue
-        png = RESULTS / f"sample_efficiency_{name}.png"
+        png = RESULTS / f"{args.record}_{name}.png"
         shutil.copy(out / "curves.png", png)
         report += [
             f"## {name}: {episodes} episodes, overrides {setting['set'] or 'none'}",
@@ -69,8 +79,8 @@ def main() -> None:
             "",
         ]
     if not args.quick:
-        (RESULTS / "sample_efficiency.md").write_text("\n".join(report))
-        print(f"wrote {RESULTS / 'sample_efficiency.md'}")
+        (RESULTS / f"{args.record}.md").write_text("\n".join(report))
+        print(f"wrote {RESULTS / args.record}.md")
 
 
 if __name__ == "__main__":

@@ -24,3 +24,20 @@ def tiny_policy(request, compact_env) -> HFPolicy:
     tok = local_tokenizer(compact_env, compact_env.instruction)
     config = tiny_config(len(tok), arch=request.param, pad_token_id=0, eos_token_id=2)
     return HFPolicy(build_tiny_model(config, seed=0), tok)
+
+
+@pytest.fixture
+def run_stopped():
+    """``run_stopped(cfg, run_dir, k)``: train as if killed right after iteration k's checkpoint.
+
+    The config is the uninterrupted run's, so anything that depends on the budget (the
+    ``optim.lr_schedule``) is the same on resume; only the stop comes early.
+    """
+    from cairn.train.trainer import Trainer
+
+    def run(cfg, run_dir, k: int) -> None:
+        trainer = Trainer(cfg, run_dir)
+        trainer._done = lambda: trainer.iteration >= k
+        trainer.run()
+
+    return run

@@ -67,12 +67,13 @@ def test_gigpo_empo2_luffy_compose_and_reach_the_loss(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_empo2_resume_repeats_an_uninterrupted_run(tmp_path):
+def test_empo2_resume_repeats_an_uninterrupted_run(tmp_path, run_stopped):
     extra = [*EMPO2_OFF, "exploration.memory.probs={on_policy: 0.5, off_policy: 0.5}"]
+    cfg = _cfg(tmp_path, "train.iterations=3", *extra)
     full, part = tmp_path / "full", tmp_path / "part"
-    Trainer(_cfg(tmp_path, "train.iterations=3", *extra), full).run()
-    Trainer(_cfg(tmp_path, "train.iterations=2", *extra), part).run()
-    Trainer(_cfg(tmp_path, "train.iterations=3", *extra), part, resume=True).run()
+    Trainer(cfg, full).run()
+    run_stopped(cfg, part, 2)
+    Trainer(cfg, part, resume=True).run()
     strip = lambda m: {k: v for k, v in m.items() if not k.startswith(("time/", "eval/"))}  # noqa: E731
     a, b = read_metrics(full), read_metrics(part)
     assert [strip(x) for x in a] == [strip(y) for y in b]

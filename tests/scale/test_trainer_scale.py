@@ -62,9 +62,10 @@ def test_lora_with_kl_trains_adapters_and_checkpoints_only_them(tmp_path):
 
 
 @pytest.mark.slow  # three short runs: ~20 s
-def test_lora_resume_repeats_an_uninterrupted_run(tmp_path):
-    Trainer(_cfg(tmp_path, "train.iterations=2", *LORA), tmp_path / "full").run()
-    Trainer(_cfg(tmp_path, "train.iterations=1", *LORA), tmp_path / "part").run()
-    Trainer(_cfg(tmp_path, "train.iterations=2", *LORA), tmp_path / "part", resume=True).run()
+def test_lora_resume_repeats_an_uninterrupted_run(tmp_path, run_stopped):
+    cfg = _cfg(tmp_path, "train.iterations=2", *LORA)
+    Trainer(cfg, tmp_path / "full").run()
+    run_stopped(cfg, tmp_path / "part", 1)
+    Trainer(cfg, tmp_path / "part", resume=True).run()
     a, b = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "part")
     assert [_strip(r) for r in a] == [_strip(r) for r in b]

@@ -52,12 +52,12 @@ def test_short_run_writes_the_run_directory(tmp_path):
     assert len(list((run / "trajectories").glob("iter_*.jsonl.gz"))) == 3
 
 
-def test_resume_repeats_an_uninterrupted_run_exactly(tmp_path):
-    full = tmp_path / "full"
-    Trainer(_cfg(tmp_path, "train.iterations=3"), full).run()
-    part = tmp_path / "part"
-    Trainer(_cfg(tmp_path, "train.iterations=2"), part).run()
-    Trainer(_cfg(tmp_path, "train.iterations=3"), part, resume=True).run()
+def test_resume_repeats_an_uninterrupted_run_exactly(tmp_path, run_stopped):
+    cfg = _cfg(tmp_path, "train.iterations=3")  # the default linear lr schedule included
+    full, part = tmp_path / "full", tmp_path / "part"
+    Trainer(cfg, full).run()
+    run_stopped(cfg, part, 2)
+    Trainer(cfg, part, resume=True).run()
     a, b = read_metrics(full), read_metrics(part)
     assert [r["iteration"] for r in b] == [1, 2, 3]
     assert all(_same(x, y) for x, y in zip(a, b, strict=True)), (a[-1], b[-1])
@@ -88,13 +88,13 @@ def test_each_estimator_trains(tmp_path, estimator):
     assert summary["iterations"] == 1
 
 
-def test_ppo_with_critic_trains_and_resumes_exactly(tmp_path):
+def test_ppo_with_critic_trains_and_resumes_exactly(tmp_path, run_stopped):
     ppo = ["advantage.name=gae", "advantage.whiten=true", "critic.enabled=true"]
-    full = tmp_path / "full"
-    Trainer(_cfg(tmp_path, "train.iterations=2", *ppo), full).run()
-    part = tmp_path / "part"
-    Trainer(_cfg(tmp_path, "train.iterations=1", *ppo), part).run()
-    Trainer(_cfg(tmp_path, "train.iterations=2", *ppo), part, resume=True).run()
+    cfg = _cfg(tmp_path, "train.iterations=2", *ppo)
+    full, part = tmp_path / "full", tmp_path / "part"
+    Trainer(cfg, full).run()
+    run_stopped(cfg, part, 1)
+    Trainer(cfg, part, resume=True).run()
     a, b = read_metrics(full), read_metrics(part)
     assert "critic/loss" in a[-1]
     assert all(_same(x, y) for x, y in zip(a, b, strict=True))

@@ -209,7 +209,7 @@ class OptimConfig(_Section):
     max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(
-        "constant", description="Learning rate over the training budget (see lr_final)."
+        "linear", description="Learning rate over the training budget (see lr_final)."
     )
     lr_final: float = Field(
         0.1, ge=0, le=1, description="lr at the end of the budget, as a fraction of optim.lr."

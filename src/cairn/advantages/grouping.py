@@ -7,8 +7,8 @@ over those ids and are broadcast back to rows by indexing. Rows may come in any 
 
 Shapes: ``N`` rows (steps), ``E`` episodes, ``n`` segments of whatever key is grouped.
 
-Object keys are factorised exactly with a dict built in C (``dict.fromkeys``, then a C-level
-lookup per row); composite keys combine the columns' dense ids exactly. Keys equal under
+Object keys are factorised exactly with a dict in one C-level pass (``dict.setdefault``
+per row); composite keys combine the columns' dense ids exactly. Keys equal under
 Python ``==``/``hash`` (e.g. ``1`` and ``1.0``) are one key. ``benchmarks/advantages.py``
 compares this with hashing + sorting and with ``np.unique`` on fixed-width strings.
 """
@@ -16,6 +16,7 @@ compares this with hashing + sorting and with ``np.unique`` on fixed-width strin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import count
 from typing import Literal
 
 import numpy as np
@@ -79,17 +80,20 @@ def _factorize_int(values: np.ndarray) -> tuple[np.ndarray, int]:
 def _factorize_object(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Hashable objects -> dense ids in first-occurrence order, exactly (a dict).
 
-    ``dict.fromkeys`` hashes and dedups in one C loop; ``map(ids.__getitem__)`` is a C-level
-    lookup per row (str hashes are cached by then). Faster here than hashing + sorting +
+    One C-level pass: ``map(seen.setdefault, items, count())`` gives each row the row index
+    of its key's first occurrence (one hash and one probe per row); those indices are made
+    dense in O(N) by a cumulative count of the rows that are their own first occurrence.
+    Faster here than ``dict.fromkeys`` plus a lookup per row, than hashing + sorting +
     verifying, and than ``np.unique`` on fixed-width strings (benchmarks/advantages.py).
     """
     items = values.tolist()
+    seen: dict = {}
     try:
-        first = dict.fromkeys(items)
+        first = np.fromiter(map(seen.setdefault, items, count()), np.int64, len(items))
     except TypeError as err:
         raise ValueError(f"cannot group by unhashable values: {err}") from err
-    ids = dict(zip(first, range(len(first)), strict=True))
-    return np.fromiter(map(ids.__getitem__, items), np.int64, len(items)), len(ids)
+    dense = np.cumsum(first == np.arange(len(items))) - 1  # (N,) id of each first occurrence
+    return dense[first], len(seen)
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:

@@ -3,6 +3,9 @@
     python benchmarks/error_search.py            # 200 failures, writes the table and figure
                                                  # benchmarks/results/error_search.{md,png}
     python benchmarks/error_search.py --quick    # 40 failures, two settings, prints JSON
+    python benchmarks/error_search.py --failures 50 --x 3000
+                                                 # one setting, X continuations every probe;
+                                                 # appended to the results' large-X table
 
 Setup: the demo preset's env (``configs/sokoban_gigpo.yaml``: compact 6x6 sokoban, 1 box,
 15 steps, restricted decoding) and its tiny model, untrained (random init, seed 0). Failed
@@ -215,10 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="40 failures, two settings")
     parser.add_argument("--failures", type=int, default=None, help="failed episodes (200)")
+    parser.add_argument("--x", type=int, default=None, help="only x_min = x_max = X")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     n = args.failures or (40 if args.quick else 200)
-    lengths = [] if args.quick else [_probes_vs_length(ms) for ms in LENGTHS]
+    single = args.x is not None
+    lengths = [] if args.quick or single else [_probes_vs_length(ms) for ms in LENGTHS]
     ctx, env = _context()
     max_steps = env.max_steps
     forest, found = failures(ctx, n)
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     exact = ExactSuccess(ctx, env.instruction)
     exact.prepare([r[0] for r in rooms], max_steps)
     rows = []
-    for x_min, x_max in QUICK if args.quick else SAMPLED:
+    for x_min, x_max in [(args.x, args.x)] if single else QUICK if args.quick else SAMPLED:
         row = run_setting(forest, found, truth, x_min, x_max)
         x_of = row.pop("x_of")
         row["expected"] = float(
@@ -243,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
             flush=True,
         )
+    if single:
+        _append_large_x(rows[0], n)
+        return 0
     curve = [
         (
             x,
@@ -264,6 +272,29 @@ def main(argv: list[str] | None = None) -> int:
         _figure(rows, curve, RESULTS / "error_search.png")
         print(f"wrote {RESULTS / 'error_search.md'} and error_search.png")
     return 0
+
+
+def _append_large_x(row: dict[str, Any], n: int) -> None:
+    """Add one sampled setting with a fixed X to the results' table of large-X checks."""
+    path = RESULTS / "error_search.md"
+    head = "\n## Sampled with many continuations per probe\n\n"
+    table = (
+        "| failures | X per probe | accuracy | expected | late | probes / episode | seconds |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    text = path.read_text()
+    if head not in text:
+        text += (
+            head + "`python benchmarks/error_search.py --failures N --x X` (the first N failures, "
+            "sampled as above, x_min = x_max = X):\n\n" + table
+        )
+    text += (
+        f"| {n} | {row['continuations_per_probe']:.0f} | "
+        f"{row['accuracy']:.3f} +- {row['ci95']:.3f} | "
+        f"{row['expected']:.3f} | {row['late']} | {row['probes']:.2f} | {row['seconds']:.0f} |\n"
+    )
+    path.write_text(text)
+    print(f"appended to {path}")
 
 
 def _probes_vs_length(max_steps: int, n: int = 50) -> dict[str, Any]:

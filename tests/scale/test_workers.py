@@ -55,7 +55,6 @@ def test_process_workers_give_the_in_process_episodes(tiny_policy, workers):
     _same_episodes(local, remote)
 
 
-@pytest.mark.slow  # ray.init alone takes ~11 s on the 2-core CI machine
 @pytest.mark.skipif(not ray_available(), reason="needs Ray: pip install 'cairn-rl[ray]'")
 def test_ray_workers_give_the_in_process_episodes(tiny_policy):
     local = _episodes(tiny_policy, EnvPool(FACTORY))

@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--variants", nargs="+", default=None, help="run only these variants")
+    p.add_argument("--tag", default="", help="suffix of the results file (another budget, say)")
     args = p.parse_args(argv)
     preset, shared, variants, claim = CLAIMS[args.claim]
     record = f"exploration_{args.claim}"
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown variants {unknown} for {args.claim}; known: {sorted(variants)}")
         variants = {n: o for n, o in variants.items() if n in args.variants}
         record += "_" + "_".join(variants)
+    if args.tag:
+        record += f"_{args.tag}"
     out = Path(args.out or f"runs/exploration-{args.claim}")
     configs = [
         str(_variant_config(preset, [*shared, *o, *args.overrides], name, out))

@@ -50,6 +50,19 @@ def test_treepo_accepts_node_paths_or_leaf_paths_on_rows() -> None:
     np.testing.assert_allclose(estimate("treepo", nodes), estimate("treepo", leaves))
 
 
+def test_treepo_reads_only_the_final_step_path() -> None:
+    # Inner rows' paths are not read: garbage there changes nothing (arpo/elpo check them).
+    garbled = from_episodes(
+        dict(group=0, reward=[0.0, 0.0, 1.0], path=[(7, 7), (9,), (0,)]),
+        dict(group=0, reward=[0.0, 0.0, 0.0, 0.0], path=[(5,), (), (1,), (1, 0)]),
+        dict(group=0, reward=[0.0, 0.0, 0.0, 0.5], path=[(), (3, 3, 3), (1,), (1, 1)]),
+        shuffle_seed=None,
+    )
+    np.testing.assert_array_equal(estimate("treepo", garbled), estimate("treepo", TREE))
+    with pytest.raises(ValueError, match="not a prefix"):
+        estimate("arpo", garbled, attribution="hard")
+
+
 def test_treepo_flat_group_is_the_group_mean_baseline() -> None:
     batch = from_episodes(*(dict(group=0, reward=[r], path=()) for r in [1.0, 0.0, 3.0]))
     np.testing.assert_allclose(

@@ -58,3 +58,15 @@ def test_take_and_concat():
     assert list(b.take(perm).episode) == [2, 0, 1]
     both = StepBatch.concat([b, b.take(np.array([0]))])
     assert len(both) == 4 and list(both.anchor) == ["a", "b", "a", "a"]
+
+
+def test_steps_intern_text_anchors_so_equal_observations_share_one_object() -> None:
+    from cairn.data.episode import Step
+
+    text = "".join(["# _ @ ", "$ . #"])  # built at run time: not a compile-time constant
+    copy = "".join(["# _ @ $", " . #"])
+    assert text == copy and text is not copy
+    a, b = Step(0, text, text, "up", "up", 0.0), Step(1, copy, copy, "up", "up", 0.0)
+    assert a.anchor is b.anchor
+    key = ("strategy", text)  # non-str anchors are kept as given
+    assert Step(0, text, key, "up", "up", 0.0).anchor is key

@@ -7,14 +7,15 @@ over those ids and are broadcast back to rows by indexing. Rows may come in any 
 
 Shapes: ``N`` rows (steps), ``E`` episodes, ``n`` segments of whatever key is grouped.
 
-Object keys are factorised exactly with a dict in one C-level pass (``dict.setdefault``
-per row); composite keys combine the columns' dense ids exactly. Keys equal under
+Object keys are factorised exactly with a dict in one C-level pass (a ``defaultdict``
+lookup per row); composite keys combine the columns' dense ids exactly. Keys equal under
 Python ``==``/``hash`` (e.g. ``1`` and ``1.0``) are one key. ``benchmarks/advantages.py``
 compares this with hashing + sorting and with ``np.unique`` on fixed-width strings.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from itertools import count
 from typing import Literal
@@ -68,7 +69,7 @@ def _factorize_int(values: np.ndarray) -> tuple[np.ndarray, int]:
     if hi - lo > 8 * len(values) + 1024:
         codes, n, _ = _factorize_sorted(values.astype(np.int64, copy=False))
         return codes, n
-    shifted = values.astype(np.int64) - lo
+    shifted = np.subtract(values, lo, dtype=np.int64)  # (N,) a new array in one pass
     present = np.zeros(hi - lo + 1, dtype=bool)
     present[shifted] = True
     if present.all():  # already dense up to an offset
@@ -80,20 +81,20 @@ def _factorize_int(values: np.ndarray) -> tuple[np.ndarray, int]:
 def _factorize_object(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Hashable objects -> dense ids in first-occurrence order, exactly (a dict).
 
-    One C-level pass: ``map(seen.setdefault, items, count())`` gives each row the row index
-    of its key's first occurrence (one hash and one probe per row); those indices are made
-    dense in O(N) by a cumulative count of the rows that are their own first occurrence.
-    Faster here than ``dict.fromkeys`` plus a lookup per row, than hashing + sorting +
-    verifying, and than ``np.unique`` on fixed-width strings (benchmarks/advantages.py).
+    One C-level pass: a ``defaultdict`` whose factory is ``count().__next__`` hands each new
+    key the next id, so ``map(ids.__getitem__, items)`` is one hash and one probe per row and
+    no Python-level call (an object's cached hash, e.g. an interned anchor string's, is not
+    recomputed). Faster here than ``dict.setdefault`` with row indices made dense afterwards,
+    than hashing + sorting + verifying, and than ``np.unique`` on fixed-width strings
+    (benchmarks/advantages.py).
     """
     items = values.tolist()
-    seen: dict = {}
+    ids: defaultdict[object, int] = defaultdict(count().__next__)
     try:
-        first = np.fromiter(map(seen.setdefault, items, count()), np.int64, len(items))
+        codes = np.fromiter(map(ids.__getitem__, items), np.int64, len(items))
     except TypeError as err:
         raise ValueError(f"cannot group by unhashable values: {err}") from err
-    dense = np.cumsum(first == np.arange(len(items))) - 1  # (N,) id of each first occurrence
-    return dense[first], len(seen)
+    return codes, len(ids)
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:

@@ -1,8 +1,9 @@
 """TreePO tree-based advantage (Li et al., arXiv 2508.17445).
 
 Each episode is a leaf of its group's sampling tree, with ``path`` = the tuple of branch
-ids from the group's root (the path on the episode's final step; rows of a shared prefix
-may carry a shorter prefix of it). For depth d = 0..len(path):
+ids from the group's root: the path on the episode's final step, the only one read (rows of
+a shared prefix may carry a shorter prefix of it; arpo and elpo check those). For depth
+d = 0..len(path):
     subgroup_d(i) = the group's episodes whose path has the same first d ids as i's
     adv_d(i)      = R_i - mean(R over subgroup_d(i))
 depth d counts when d = 0 (the whole group) or the subgroup has >= 2 episodes, and
@@ -11,7 +12,7 @@ then (``whiten``, default) A is whitened over the batch's episodes, each counted
 ``(A - mean)/(std + 1e-6)``, std unbiased. Every step of episode i gets A_i.
 
 Shapes: batch of N rows with ``path`` -> (N,) float64. Loops over depth, vectorised over
-episodes.
+episodes; only the E final-step paths are factorised.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from cairn.advantages.grouping import (
     Episodes,
     PathTable,
     factorize_keys,
-    leaf_paths,
     segment_count,
     segment_mean,
 )
@@ -38,8 +38,8 @@ def treepo(batch: StepBatch, *, whiten: bool = True) -> np.ndarray:
     """Mean over tree depths of the return minus its subtree's mean return, (N,)."""
     batch.require("path", estimator="treepo")
     ep = Episodes.of(batch)
-    paths = PathTable.of(batch.path)
-    leaf = leaf_paths(ep, paths)  # (E,)
+    paths = PathTable.of(batch.path[ep.last_row])  # one path per episode: its leaf
+    leaf = paths.code  # (E,)
     depth = paths.length[leaf]  # (E,)
     R = ep.returns(batch.reward)  # (E,)
     total = np.zeros(ep.n)

@@ -7,6 +7,7 @@ advantage estimator reads; `to_records` gives the JSON form stored in the run di
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -38,6 +39,13 @@ class Step:
     loss_mask: list[bool] | None = None  # per action token; False: not trained (SSRL)
     columns: dict[str, Any] = field(default_factory=dict)  # optional StepBatch columns
     shaped: dict[str, float] = field(default_factory=dict)  # named reward terms (cairn.rewards)
+
+    def __post_init__(self) -> None:
+        # Equal observation texts become one object with its hash computed once, here at
+        # rollout time: anchor grouping then probes cached hashes and compares by identity
+        # (benchmarks/advantages.py), and a batch holds each distinct observation once.
+        if type(self.anchor) is str:
+            self.anchor = sys.intern(self.anchor)
 
     @property
     def total_reward(self) -> float:

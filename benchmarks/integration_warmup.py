@@ -14,7 +14,10 @@ sympy's antiderivatives, then saves it as a model directory for ``model.path``:
 (The preset's 16 new tokens hold only 28 % of level-1 answers as sympy writes them.)
 
 It prints greedy success on held-out problems of levels 1, 2 and 3 after the warm-up (the
-RL comparison is then on levels 2-3, above the warmed-up level).
+RL comparison is then on levels 2-3, above the warmed-up level). ``--atoms N`` adds N
+examples of level 2's building blocks, exp(x), sin(x) and cos(x), bare or (with
+``--atom-coefficients``) as c*f(x), and reports greedy success on 60 held-out ones, so that
+the variants at the bottom of a level-2 tree are within the model's level.
 """
 
 from __future__ import annotations
@@ -36,9 +39,25 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN_SEEDS, TEST_SEEDS = 1_000_000, 2_000_000  # apart from the RL runs' seeds
 
 
-def pairs(policy, prompt, level: int, n: int, first_seed: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, answer ids + eos) for n problems of one level."""
-    env = make("integration", level=level)
+ATOMS = ("exp(x)", "sin(x)", "cos(x)")  # the bare building blocks of level 2
+
+
+def atom_integrands(n: int, coefficients: bool, seed: int) -> list[str]:
+    """n integrands c*f(x), f an atom (cycled); c = 1, or uniform in +-1..9 (seeded)."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        c = rng.choice([v for v in range(-9, 10) if v]) if coefficients else 1
+        atom = ATOMS[k % len(ATOMS)]
+        out.append(atom if c == 1 else f"-{atom}" if c == -1 else f"{c}*{atom}")
+    return out
+
+
+def pairs(
+    policy, prompt, level: int, n: int, first_seed: int, integrand: str | None = None
+) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, answer ids + eos) for n problems of one level (or of one integrand)."""
+    env = make("integration", level=level, integrand=integrand)
     out = []
     for seed in range(first_seed, first_seed + n):
         obs, _ = env.reset(seed=seed)
@@ -72,8 +91,8 @@ def sft(policy, data, epochs: int, batch: int, lr: float, seed: int) -> list[flo
     return losses
 
 
-def greedy_success(policy, prompt, cfg, level: int, n: int) -> float:
-    env = make("integration", level=level)
+def greedy_success(policy, prompt, cfg, level: int, n: int, integrand: str | None = None) -> float:
+    env = make("integration", level=level, integrand=integrand)
     wins = 0
     for seed in range(TEST_SEEDS, TEST_SEEDS + n):
         obs, _ = env.reset(seed=seed)
@@ -93,6 +112,17 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--eval", type=int, default=100, help="held-out problems per level")
+    p.add_argument(
+        "--atoms",
+        type=int,
+        default=0,
+        help=f"extra examples of the level-2 building blocks {', '.join(ATOMS)} (cycled)",
+    )
+    p.add_argument(
+        "--atom-coefficients",
+        action="store_true",
+        help="atoms with an integer coefficient c*f(x), c in +-1..9 (else bare)",
+    )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
     cfg = load_config(
@@ -101,12 +131,18 @@ def main() -> int:
     trainer = Trainer(cfg, Path(args.out) / "builder")
     policy, prompt = trainer.policy, trainer.prompt
     data = pairs(policy, prompt, 1, args.problems, TRAIN_SEEDS)
+    for integrand in atom_integrands(args.atoms, args.atom_coefficients, cfg.seed):
+        data += pairs(policy, prompt, 1, 1, 0, integrand)
     data = [(p, a) for p, a in data if len(a) <= cfg.rollout.max_new_tokens]  # answers that fit
     losses = sft(policy, data, args.epochs, 64, args.lr, cfg.seed)
     policy.model.eval()
     policy.model.save_pretrained(args.out, safe_serialization=True)
     policy.tokenizer.save_pretrained(args.out)
     success = {f"level{lv}": greedy_success(policy, prompt, cfg, lv, args.eval) for lv in (1, 2, 3)}
+    if args.atoms:
+        held_out = atom_integrands(60, args.atom_coefficients, cfg.seed + 1)
+        wins = [greedy_success(policy, prompt, cfg, 1, 1, f) for f in held_out]
+        success["atoms"] = sum(wins) / len(wins)
     losses = [round(x, 4) for x in losses]
     print(json.dumps({"problems": len(data), "loss_per_epoch": losses, "greedy": success}))
     return 0

@@ -260,7 +260,7 @@ def write_table(
     for r in results:
         lines.append(
             f"| {r['name']} | {r['rows']:,d} | {r['seconds']:.3f} | {r['ref_seconds']:.1f} | "
-            f"{r['ref_rows']:,d} | {r['speedup']:.0f}x | {r['target']} | "
+            f"{r['ref_rows']:,d} | {r['speedup']:.1f}x | {r['target']} | "
             f"{'yes' if r['fast'] else 'no'} | {'yes' if r['x20'] else 'no'} |"
         )
     lines += [

@@ -1,0 +1,114 @@
+"""Can the tiny model imitate the sokoban solver at all? Behaviour cloning on demonstrations.
+
+The LUFFY cold-start runs (benchmarks/results/exploration_cold_start*.md) stay at 0. This
+separates "the model cannot learn the task from demonstrations" from "the mixed-policy
+loss does not transfer them": teacher forcing (the same ``sft`` as the LADDER warm-up) on
+the solver's actions for ``--demos`` rooms of the LUFFY preset's distribution, one example
+per step (the prompt the rollout would show, the action the solver took), then greedy
+success on the preset's held-out evaluation rooms every two epochs.
+
+    python benchmarks/sokoban_bc.py --seeds 2          # preset rooms (7x7, 2 boxes, 8-14)
+    python benchmarks/sokoban_bc.py --seeds 2 --set env.options.num_boxes=1 --tag 1box
+
+Results: benchmarks/results/sokoban_bc[_TAG].md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from cairn.envs import make
+from cairn.train.config import load_config
+from cairn.train.trainer import Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from integration_warmup import sft
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "configs" / "sokoban_luffy.yaml"
+DEMO_SEEDS = 10_000_000  # apart from the training and evaluation seeds of the RL runs
+
+
+def demonstrations(env, policy, prompt, n: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, action ids + eos) for every step of the solver's plan in n rooms."""
+    data = []
+    for seed in range(DEMO_SEEDS, DEMO_SEEDS + n):
+        obs, _ = env.reset(seed=seed)
+        for action in env.solve() or []:
+            text = prompt.build(env.instruction, [], obs)
+            data.append((policy.encode(text), [*policy.encode(action), policy.eos_id]))
+            obs, *_ = env.step(action)
+    return data
+
+
+def run(seed: int, args: argparse.Namespace, out: Path) -> list[dict[str, float]]:
+    cfg = load_config(
+        PRESET, ["log.progress=false", "train.threads=1", f"seed={seed}", *args.overrides]
+    )
+    torch.manual_seed(seed)
+    trainer = Trainer(cfg, out / f"seed{seed}")
+    policy, prompt = trainer.policy, trainer.prompt
+    data = demonstrations(make(cfg.env.name, **cfg.env.options), policy, prompt, args.demos)
+    curve = [{"epochs": 0, "examples": len(data), **trainer.evaluate()}]
+    for chunk in range(args.epochs // 2):
+        losses = sft(policy, data, 2, 64, args.lr, seed * 1000 + chunk)
+        policy.model.eval()
+        curve.append({"epochs": 2 * (chunk + 1), "loss": losses[-1], **trainer.evaluate()})
+        policy.model.train()
+        print(json.dumps({"seed": seed, **curve[-1]}), flush=True)
+    return curve
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--demos", type=int, default=1000, help="rooms whose solutions are cloned")
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--tag", default="")
+    p.add_argument("--out", default="runs/sokoban_bc")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args()
+    start = time.time()
+    curves = {seed: run(seed, args, Path(args.out)) for seed in range(args.seeds)}
+    command = "python benchmarks/sokoban_bc.py " + " ".join(sys.argv[1:])
+    name = "sokoban_bc" + (f"_{args.tag}" if args.tag else "")
+    lines = [
+        "# Behaviour cloning of the sokoban solver (is the task learnable from demonstrations?)",
+        "",
+        f"Command: `{command}` (preset `configs/sokoban_luffy.yaml`"
+        + (f" with {', '.join(args.overrides)}" if args.overrides else "")
+        + f"; {args.demos} rooms' solver plans, one example per step, teacher forcing with "
+        f"AdamW lr {args.lr}, batch 64; {time.time() - start:.0f} s wall, one torch thread).",
+        "",
+        "Greedy success on the preset's held-out evaluation rooms after each two epochs:",
+        "",
+        "| seed | (state, action) examples | "
+        + " | ".join(f"epoch {c['epochs']}" for c in curves[0])
+        + " |",
+        "|---|---:|" + "---:|" * len(curves[0]),
+    ]
+    for seed, curve in curves.items():
+        cells = " | ".join(f"{c['eval/success']:.2f}" for c in curve)
+        lines.append(f"| {seed} | {curve[0]['examples']:,d} | {cells} |")
+    lines += [
+        "",
+        "Teacher-forced loss (nats per action token) at the last epoch: "
+        + ", ".join(f"seed {s} {c[-1]['loss']:.3f}" for s, c in curves.items())
+        + ".",
+        "",
+    ]
+    path = ROOT / "benchmarks" / "results" / f"{name}.md"
+    path.write_text("\n".join(lines))
+    print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

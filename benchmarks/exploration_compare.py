@@ -43,7 +43,7 @@ CLAIMS: dict[str, tuple[str, list[str], dict[str, list[str]], str]] = {
             "grpo_luffy": [],
         },
         "On a harder sokoban (7x7, 1 box, optimal solutions of 8-14 moves; a random policy "
-        "solves 0.2 %), GRPO from a random tiny model stays at 0 success while GRPO + LUFFY "
+        "solves 0.1 %), GRPO from a random tiny model stays at 0 success while GRPO + LUFFY "
         "(7 on-policy + 1 solver demonstration per group) becomes clearly positive on "
         "held-out seeds within the same episode budget.",
     ),

@@ -42,6 +42,14 @@ TRAIN_SEEDS, TEST_SEEDS = 1_000_000, 2_000_000  # apart from the RL runs' seeds
 ATOMS = ("exp(x)", "sin(x)", "cos(x)")  # the bare building blocks of level 2
 
 
+def monomial_integrands(n: int, seed: int) -> list[str]:
+    """n one-term polynomials c*x**k (c in +-1..9, k in 0..5): the pieces of level 1."""
+    rng = random.Random(seed)
+    return [
+        f"{rng.choice([v for v in range(-9, 10) if v])}*x**{rng.randrange(6)}" for _ in range(n)
+    ]
+
+
 def atom_integrands(n: int, coefficients: bool, seed: int) -> list[str]:
     """n integrands c*f(x), f an atom (cycled); c = 1, or uniform in +-1..9 (seeded)."""
     rng = random.Random(seed)
@@ -119,6 +127,12 @@ def main() -> int:
         help=f"extra examples of the level-2 building blocks {', '.join(ATOMS)} (cycled)",
     )
     p.add_argument(
+        "--monomials",
+        type=int,
+        default=0,
+        help="extra one-term polynomials c*x**k (with --problems 0: the model knows only these)",
+    )
+    p.add_argument(
         "--atom-coefficients",
         action="store_true",
         help="atoms with an integer coefficient c*f(x), c in +-1..9 (else bare)",
@@ -133,6 +147,8 @@ def main() -> int:
     data = pairs(policy, prompt, 1, args.problems, TRAIN_SEEDS)
     for integrand in atom_integrands(args.atoms, args.atom_coefficients, cfg.seed):
         data += pairs(policy, prompt, 1, 1, 0, integrand)
+    for integrand in monomial_integrands(args.monomials, cfg.seed):
+        data += pairs(policy, prompt, 1, 1, 0, integrand)
     data = [(p, a) for p, a in data if len(a) <= cfg.rollout.max_new_tokens]  # answers that fit
     losses = sft(policy, data, args.epochs, 64, args.lr, cfg.seed)
     policy.model.eval()
@@ -143,6 +159,10 @@ def main() -> int:
         held_out = atom_integrands(60, args.atom_coefficients, cfg.seed + 1)
         wins = [greedy_success(policy, prompt, cfg, 1, 1, f) for f in held_out]
         success["atoms"] = sum(wins) / len(wins)
+    if args.monomials:
+        held_out = monomial_integrands(60, cfg.seed + 1)
+        wins = [greedy_success(policy, prompt, cfg, 1, 1, f) for f in held_out]
+        success["monomials"] = sum(wins) / len(wins)
     losses = [round(x, 4) for x in losses]
     print(json.dumps({"problems": len(data), "loss_per_epoch": losses, "greedy": success}))
     return 0

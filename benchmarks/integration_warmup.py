@@ -17,7 +17,8 @@ It prints greedy success on held-out problems of levels 1, 2 and 3 after the war
 RL comparison is then on levels 2-3, above the warmed-up level). ``--atoms N`` adds N
 examples of level 2's building blocks, exp(x), sin(x) and cos(x), bare or (with
 ``--atom-coefficients``) as c*f(x), and reports greedy success on 60 held-out ones, so that
-the variants at the bottom of a level-2 tree are within the model's level.
+the variants at the bottom of a level-2 tree are within the model's level; ``--monomials
+N`` (with ``--problems 0``) teaches only one-term polynomials, the pieces of level 1.
 """
 
 from __future__ import annotations
@@ -40,14 +41,13 @@ TRAIN_SEEDS, TEST_SEEDS = 1_000_000, 2_000_000  # apart from the RL runs' seeds
 
 
 ATOMS = ("exp(x)", "sin(x)", "cos(x)")  # the bare building blocks of level 2
+COEFFICIENTS = [c for c in range(-9, 10) if c]
 
 
 def monomial_integrands(n: int, seed: int) -> list[str]:
     """n one-term polynomials c*x**k (c in +-1..9, k in 0..5): the pieces of level 1."""
     rng = random.Random(seed)
-    return [
-        f"{rng.choice([v for v in range(-9, 10) if v])}*x**{rng.randrange(6)}" for _ in range(n)
-    ]
+    return [f"{rng.choice(COEFFICIENTS)}*x**{rng.randrange(6)}" for _ in range(n)]
 
 
 def atom_integrands(n: int, coefficients: bool, seed: int) -> list[str]:
@@ -55,7 +55,7 @@ def atom_integrands(n: int, coefficients: bool, seed: int) -> list[str]:
     rng = random.Random(seed)
     out = []
     for k in range(n):
-        c = rng.choice([v for v in range(-9, 10) if v]) if coefficients else 1
+        c = rng.choice(COEFFICIENTS) if coefficients else 1
         atom = ATOMS[k % len(ATOMS)]
         out.append(atom if c == 1 else f"-{atom}" if c == -1 else f"{c}*{atom}")
     return out
@@ -155,14 +155,14 @@ def main() -> int:
     policy.model.save_pretrained(args.out, safe_serialization=True)
     policy.tokenizer.save_pretrained(args.out)
     success = {f"level{lv}": greedy_success(policy, prompt, cfg, lv, args.eval) for lv in (1, 2, 3)}
-    if args.atoms:
-        held_out = atom_integrands(60, args.atom_coefficients, cfg.seed + 1)
-        wins = [greedy_success(policy, prompt, cfg, 1, 1, f) for f in held_out]
-        success["atoms"] = sum(wins) / len(wins)
-    if args.monomials:
-        held_out = monomial_integrands(60, cfg.seed + 1)
-        wins = [greedy_success(policy, prompt, cfg, 1, 1, f) for f in held_out]
-        success["monomials"] = sum(wins) / len(wins)
+    held_out = {
+        "atoms": atom_integrands(60, args.atom_coefficients, cfg.seed + 1) if args.atoms else [],
+        "monomials": monomial_integrands(60, cfg.seed + 1) if args.monomials else [],
+    }
+    for name, integrands in held_out.items():
+        if integrands:
+            wins = [greedy_success(policy, prompt, cfg, 1, 1, f) for f in integrands]
+            success[name] = sum(wins) / len(wins)
     losses = [round(x, 4) for x in losses]
     print(json.dumps({"problems": len(data), "loss_per_epoch": losses, "greedy": success}))
     return 0

@@ -1,14 +1,15 @@
 """Can the tiny model imitate the sokoban solver at all? Behaviour cloning on demonstrations.
 
-The LUFFY cold-start runs (benchmarks/results/exploration_cold_start*.md) stay at 0. This
-separates "the model cannot learn the task from demonstrations" from "the mixed-policy
-loss does not transfer them": teacher forcing (the same ``sft`` as the LADDER warm-up) on
-the solver's actions for ``--demos`` rooms of the LUFFY preset's distribution, one example
-per step (the prompt the rollout would show, the action the solver took), then greedy
-success on the preset's held-out evaluation rooms every two epochs.
+LUFFY's cold start was reached with one box and not with two
+(benchmarks/results/exploration_cold_start*.md). This separates "the model cannot learn the
+task from demonstrations" from "the mixed-policy loss transfers them too slowly": teacher
+forcing (the same ``sft`` as the LADDER warm-up) on the solver's plans for ``--demos`` rooms
+of the LUFFY preset's distribution, one example per step (replayed by LUFFY's
+``demo_episode``: the prompt and action ids its loss trains on), then greedy success on the
+preset's held-out evaluation rooms every two epochs.
 
-    python benchmarks/sokoban_bc.py --seeds 2          # preset rooms (7x7, 2 boxes, 8-14)
-    python benchmarks/sokoban_bc.py --seeds 2 --set env.options.num_boxes=1 --tag 1box
+    python benchmarks/sokoban_bc.py --seeds 2 --tag 1box   # the preset (7x7, 1 box, 8-14)
+    python benchmarks/sokoban_bc.py --seeds 2 --set env.options.num_boxes=2 --tag 2box
 
 Results: benchmarks/results/sokoban_bc[_TAG].md.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 
 from cairn.envs import make
+from cairn.exploration.demos import demo_episode
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
@@ -35,15 +37,20 @@ PRESET = ROOT / "configs" / "sokoban_luffy.yaml"
 DEMO_SEEDS = 10_000_000  # apart from the training and evaluation seeds of the RL runs
 
 
-def demonstrations(env, policy, prompt, n: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, action ids + eos) for every step of the solver's plan in n rooms."""
+def demonstrations(trainer: Trainer, n: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, action ids) of every step of the solver's plan in n rooms, replayed by
+    LUFFY's ``demo_episode``: the very ids its off-policy loss trains on."""
+    cfg = trainer.cfg
+    env = make(cfg.env.name, **cfg.env.options)
     data = []
     for seed in range(DEMO_SEEDS, DEMO_SEEDS + n):
-        obs, _ = env.reset(seed=seed)
-        for action in env.solve() or []:
-            text = prompt.build(env.instruction, [], obs)
-            data.append((policy.encode(text), [*policy.encode(action), policy.eos_id]))
-            obs, *_ = env.step(action)
+        env.reset(seed=seed)
+        plan = env.solve() or []
+        episode = demo_episode(
+            env, seed, plan, policy=trainer.policy, prompt=trainer.prompt,
+            settings=trainer.sampling, episode_id=seed, group=0,
+        )  # fmt: skip
+        data += [(step.prompt_ids, step.action_ids) for step in episode.steps]
     return data
 
 
@@ -53,8 +60,8 @@ def run(seed: int, args: argparse.Namespace, out: Path) -> list[dict[str, float]
     )
     torch.manual_seed(seed)
     trainer = Trainer(cfg, out / f"seed{seed}")
-    policy, prompt = trainer.policy, trainer.prompt
-    data = demonstrations(make(cfg.env.name, **cfg.env.options), policy, prompt, args.demos)
+    policy = trainer.policy
+    data = demonstrations(trainer, args.demos)
     curve = [{"epochs": 0, "examples": len(data), **trainer.evaluate()}]
     for chunk in range(args.epochs // 2):
         losses = sft(policy, data, 2, 64, args.lr, seed * 1000 + chunk)

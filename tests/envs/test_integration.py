@@ -10,6 +10,7 @@ from cairn.envs import make
 from cairn.envs.base import TextEnv
 from cairn.envs.integration import (
     LEVELS,
+    TERMS,
     _evaluate,
     generate_integrand,
     parse_candidate,
@@ -205,3 +206,28 @@ def test_unseeded_reset_records_its_seed_so_replay_is_exact():
     snap = TextEnv.snapshot(env)
     assert isinstance(snap.seed, int)
     assert env.restore(snap)[0] == f"{obs} | last wrong"
+
+
+def test_level1_terms_option_sets_the_number_of_terms():
+    for terms in TERMS:
+        env = make("integration", level=1, terms=terms)
+        for seed in range(10):
+            env.reset(seed=seed)
+            f = env.integrand
+            assert f.is_polynomial(x) and len(sp.Add.make_args(f)) == terms, (terms, f)
+            assert sp.degree(f, x) <= 5
+    drawn = {len(sp.Add.make_args(generate_integrand(1, s, terms=[1, 6]))) for s in range(40)}
+    assert drawn == {1, 6}
+    # the default is 2-4 terms, drawn from the same rng stream as before the option existed
+    assert [generate_integrand(1, s) for s in range(30)] == [
+        generate_integrand(1, s, terms=(2, 3, 4)) for s in range(30)
+    ]
+    assert str(generate_integrand(1, 0)) == "3*x**5 + 6*x**4 - 6*x**2 + 8*x"
+    assert str(generate_integrand(1, 2)) == "6*x**3 + 5*x**2 - 3*x + 2"
+    assert {len(sp.Add.make_args(generate_integrand(1, s))) for s in range(60)} == {2, 3, 4}
+
+
+@pytest.mark.parametrize("terms", [0, 7, [], [2, 9], True, "3"])
+def test_bad_terms_option_names_the_problem(terms):
+    with pytest.raises(ValueError, match="terms"):
+        make("integration", level=1, terms=terms)

@@ -37,6 +37,7 @@ from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 
 __all__ = [
     "LEVELS",
+    "TERMS",
     "Integration",
     "IntegrationSnapshot",
     "generate_integrand",
@@ -46,6 +47,8 @@ __all__ = [
 
 x = sp.Symbol("x", real=True)
 LEVELS: tuple[int, ...] = (1, 2, 3, 4)
+TERMS: tuple[int, ...] = (1, 2, 3, 4, 5, 6)  # a level-1 polynomial has distinct powers 0-5
+DEFAULT_TERMS: tuple[int, ...] = (2, 3, 4)
 
 # -- safe parsing ----------------------------------------------------------------------------
 _FUNCTIONS: dict[str, Any] = {
@@ -216,17 +219,22 @@ def _evaluate(expr: sp.Expr, xs: np.ndarray) -> np.ndarray:
 
 
 # -- integrand generator ----------------------------------------------------------------------
-def generate_integrand(level: int, rng: np.random.Generator | int) -> sp.Expr:
+def generate_integrand(
+    level: int, rng: np.random.Generator | int, terms: Sequence[int] = DEFAULT_TERMS
+) -> sp.Expr:
     """A random integrand in ``x`` of difficulty ``level`` (1-4); same rng state, same result.
 
-    1: polynomial with 2-4 terms; 2: constants times exp/sin/cos of ``a*x`` and products of
-    two of them; 3: ``c * u'(x) * F(u(x))`` (substitution); 4: ``x**k`` times exp/sin/cos/log
-    or ``atan`` (by parts) and rational functions with distinct linear or irreducible
-    quadratic factors (partial fractions).
+    1: polynomial with a number of terms drawn uniformly from ``terms`` (1-6; default
+    2-4), distinct powers 0-5 and coefficients in +-1..9; 2: constants times exp/sin/cos
+    of ``a*x`` and products of two of them; 3: ``c * u'(x) * F(u(x))`` (substitution);
+    4: ``x**k`` times exp/sin/cos/log or ``atan`` (by parts) and rational functions with
+    distinct linear or irreducible quadratic factors (partial fractions).
     """
     if level not in LEVELS:
         raise ValueError(f"level must be one of {list(LEVELS)}, got {level!r}")
     rng = np.random.default_rng(rng) if isinstance(rng, int) else rng
+    if level == 1:
+        return _level1(rng, check_int_choices("terms", terms, TERMS))
     return _GENERATORS[level](rng)
 
 
@@ -240,8 +248,8 @@ def _pick(rng: np.random.Generator, options: Sequence[Any]) -> Any:
     return options[int(rng.integers(len(options)))]
 
 
-def _level1(rng: np.random.Generator) -> sp.Expr:
-    powers = rng.choice(6, size=int(rng.integers(2, 5)), replace=False)
+def _level1(rng: np.random.Generator, terms: Sequence[int] = DEFAULT_TERMS) -> sp.Expr:
+    powers = rng.choice(6, size=int(_pick(rng, terms)), replace=False)
     return sp.Add(*(_int(rng, -9, 9) * x ** int(k) for k in powers))
 
 
@@ -287,7 +295,7 @@ def _level4(rng: np.random.Generator) -> sp.Expr:
     return c / (x**2 + a**2)
 
 
-_GENERATORS = {1: _level1, 2: _level2, 3: _level3, 4: _level4}
+_GENERATORS = {2: _level2, 3: _level3, 4: _level4}
 
 
 # -- the env ------------------------------------------------------------------------------------
@@ -306,6 +314,9 @@ class Integration(TextEnv):
 
     Options:
         level: difficulty 1-4, or a list of levels to draw from per seed.
+        terms: the number of terms of a level-1 polynomial (1-6), or a list to draw from
+            per seed; default 2-4. Above the model's level by length, e.g. LADDER's
+            polynomial benchmark trains on 2-5 terms and asks for 6.
         integrand: a fixed integrand (sympy syntax) used on every reset instead of the
             generator (e.g. one LADDER variant); parsed with the safe parser.
         max_steps: tries per episode (1: single-turn).
@@ -319,9 +330,11 @@ class Integration(TextEnv):
         level: int | Sequence[int] = LEVELS,
         integrand: str | None = None,
         max_steps: int = 1,
+        terms: int | Sequence[int] = DEFAULT_TERMS,
     ) -> None:
         super().__init__()
         self.levels = check_int_choices("level", level, LEVELS)
+        self.terms = check_int_choices("terms", terms, TERMS)
         if integrand is not None:
             try:
                 self._fixed: sp.Expr | None = parse_candidate(integrand)
@@ -340,7 +353,9 @@ class Integration(TextEnv):
         rng = np.random.default_rng(seed)
         self.level = int(_pick(rng, self.levels)) if self._fixed is None else 0
         self.integrand = (
-            self._fixed if self._fixed is not None else generate_integrand(self.level, rng)
+            self._fixed
+            if self._fixed is not None
+            else generate_integrand(self.level, rng, self.terms)
         )
         self.instruction = (
             f"Find an antiderivative F(x) of f(x) = {self.integrand}, that is a function with "

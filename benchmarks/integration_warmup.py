@@ -19,6 +19,10 @@ examples of level 2's building blocks, exp(x), sin(x) and cos(x), bare or (with
 ``--atom-coefficients``) as c*f(x), and reports greedy success on 60 held-out ones, so that
 the variants at the bottom of a level-2 tree are within the model's level; ``--monomials
 N`` (with ``--problems 0``) teaches only one-term polynomials, the pieces of level 1.
+``--polynomials 1:500,2:500,3:500,4:500,5:60`` teaches polynomials by their number of terms
+(N problems of K terms for each K:N; the env's ``terms`` option) and reports greedy success
+per number of terms, so a model can be left with a level in length: LADDER's polynomial
+setting (exploration_ladder_poly.md) warms up on 1-4 terms with a few of 5, and asks for 6.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import torch
 from cairn.agent import parse_action
 from cairn.data.tokens import ScoreInputs, left_pad, right_align
 from cairn.envs import make
+from cairn.envs.integration import TERMS
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
@@ -61,11 +66,29 @@ def atom_integrands(n: int, coefficients: bool, seed: int) -> list[str]:
     return out
 
 
+def polynomial_counts(spec: str) -> dict[int, int]:
+    """``"2:500,5:60"`` -> {2: 500, 5: 60}: problems per number of terms."""
+    try:
+        counts = {int(k): int(n) for k, n in (item.split(":") for item in spec.split(",") if item)}
+    except ValueError as err:
+        raise SystemExit(f"--polynomials: expected TERMS:COUNT,..., got {spec!r}") from err
+    if any(k not in TERMS or n < 0 for k, n in counts.items()):
+        raise SystemExit(f"--polynomials: terms must be in {list(TERMS)}, counts >= 0: {spec!r}")
+    return counts
+
+
 def pairs(
-    policy, prompt, level: int, n: int, first_seed: int, integrand: str | None = None
+    policy,
+    prompt,
+    level: int,
+    n: int,
+    first_seed: int,
+    integrand: str | None = None,
+    terms: int | None = None,
 ) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, answer ids + eos) for n problems of one level (or of one integrand)."""
-    env = make("integration", level=level, integrand=integrand)
+    """(prompt ids, answer ids + eos) for n problems of one level (or of one integrand;
+    or level-1 polynomials of ``terms`` terms)."""
+    env = make("integration", level=level, integrand=integrand, **_terms(terms))
     out = []
     for seed in range(first_seed, first_seed + n):
         obs, _ = env.reset(seed=seed)
@@ -99,8 +122,14 @@ def sft(policy, data, epochs: int, batch: int, lr: float, seed: int) -> list[flo
     return losses
 
 
-def greedy_success(policy, prompt, cfg, level: int, n: int, integrand: str | None = None) -> float:
-    env = make("integration", level=level, integrand=integrand)
+def _terms(terms: int | None) -> dict[str, int]:
+    return {} if terms is None else {"terms": terms}
+
+
+def greedy_success(
+    policy, prompt, cfg, level: int, n: int, integrand: str | None = None, terms: int | None = None
+) -> float:
+    env = make("integration", level=level, integrand=integrand, **_terms(terms))
     wins = 0
     for seed in range(TEST_SEEDS, TEST_SEEDS + n):
         obs, _ = env.reset(seed=seed)
@@ -133,6 +162,12 @@ def main() -> int:
         help="extra one-term polynomials c*x**k (with --problems 0: the model knows only these)",
     )
     p.add_argument(
+        "--polynomials",
+        default="",
+        metavar="K:N,...",
+        help="N level-1 polynomials of exactly K terms, for each K:N (e.g. 1:500,5:60)",
+    )
+    p.add_argument(
         "--atom-coefficients",
         action="store_true",
         help="atoms with an integer coefficient c*f(x), c in +-1..9 (else bare)",
@@ -149,6 +184,9 @@ def main() -> int:
         data += pairs(policy, prompt, 1, 1, 0, integrand)
     for integrand in monomial_integrands(args.monomials, cfg.seed):
         data += pairs(policy, prompt, 1, 1, 0, integrand)
+    counts = polynomial_counts(args.polynomials)
+    for k, n in counts.items():
+        data += pairs(policy, prompt, 1, n, TRAIN_SEEDS + 100_000 * k, terms=k)
     data = [(p, a) for p, a in data if len(a) <= cfg.rollout.max_new_tokens]  # answers that fit
     losses = sft(policy, data, args.epochs, 64, args.lr, cfg.seed)
     policy.model.eval()
@@ -163,6 +201,9 @@ def main() -> int:
         if integrands:
             wins = [greedy_success(policy, prompt, cfg, 1, 1, f) for f in integrands]
             success[name] = sum(wins) / len(wins)
+    if counts:
+        for k in TERMS:
+            success[f"terms{k}"] = greedy_success(policy, prompt, cfg, 1, args.eval, terms=k)
     losses = [round(x, 4) for x in losses]
     print(json.dumps({"problems": len(data), "loss_per_epoch": losses, "greedy": success}))
     return 0

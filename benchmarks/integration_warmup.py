@@ -22,7 +22,9 @@ N`` (with ``--problems 0``) teaches only one-term polynomials, the pieces of lev
 ``--polynomials 1:500,2:500,3:500,4:500,5:60`` teaches polynomials by their number of terms
 (N problems of K terms for each K:N; the env's ``terms`` option) and reports greedy success
 per number of terms, so a model can be left with a level in length: LADDER's polynomial
-setting (exploration_ladder_poly.md) warms up on 1-4 terms with a few of 5, and asks for 6.
+setting (exploration_ladder_poly_try3.md) warms up on 1-4 terms with a few of 5, and asks
+for 6. ``--evaluate MODEL_DIR`` trains nothing and reports those greedy numbers for a saved
+model, e.g. a LADDER run's last checkpoint.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import tempfile
 from pathlib import Path
 
 import torch
@@ -172,26 +175,40 @@ def main() -> int:
         action="store_true",
         help="atoms with an integer coefficient c*f(x), c in +-1..9 (else bare)",
     )
+    p.add_argument(
+        "--evaluate",
+        metavar="MODEL_DIR",
+        default=None,
+        help="train nothing: greedy success of a saved model (a warm-up, or a run's "
+        "checkpoints/iter_N) per level and per number of terms",
+    )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
+    model = [f"model.path={args.evaluate}"] if args.evaluate else []
     cfg = load_config(
-        ROOT / "configs" / "integration_ladder.yaml", ["log.progress=false", *args.overrides]
+        ROOT / "configs" / "integration_ladder.yaml",
+        ["log.progress=false", *args.overrides, *model],
     )
-    trainer = Trainer(cfg, Path(args.out) / "builder")
+    with tempfile.TemporaryDirectory() as scratch:
+        builder = Path(scratch if args.evaluate else args.out) / "builder"
+        trainer = Trainer(cfg, builder)
     policy, prompt = trainer.policy, trainer.prompt
-    data = pairs(policy, prompt, 1, args.problems, TRAIN_SEEDS)
-    for integrand in atom_integrands(args.atoms, args.atom_coefficients, cfg.seed):
-        data += pairs(policy, prompt, 1, 1, 0, integrand)
-    for integrand in monomial_integrands(args.monomials, cfg.seed):
-        data += pairs(policy, prompt, 1, 1, 0, integrand)
+    data: list[tuple[list[int], list[int]]] = []
+    losses: list[float] = []
     counts = polynomial_counts(args.polynomials)
-    for k, n in counts.items():
-        data += pairs(policy, prompt, 1, n, TRAIN_SEEDS + 100_000 * k, terms=k)
-    data = [(p, a) for p, a in data if len(a) <= cfg.rollout.max_new_tokens]  # answers that fit
-    losses = sft(policy, data, args.epochs, 64, args.lr, cfg.seed)
+    if not args.evaluate:
+        data = pairs(policy, prompt, 1, args.problems, TRAIN_SEEDS)
+        for integrand in atom_integrands(args.atoms, args.atom_coefficients, cfg.seed):
+            data += pairs(policy, prompt, 1, 1, 0, integrand)
+        for integrand in monomial_integrands(args.monomials, cfg.seed):
+            data += pairs(policy, prompt, 1, 1, 0, integrand)
+        for k, n in counts.items():
+            data += pairs(policy, prompt, 1, n, TRAIN_SEEDS + 100_000 * k, terms=k)
+        data = [(p, a) for p, a in data if len(a) <= cfg.rollout.max_new_tokens]  # that fit
+        losses = sft(policy, data, args.epochs, 64, args.lr, cfg.seed)
+        policy.model.save_pretrained(args.out, safe_serialization=True)
+        policy.tokenizer.save_pretrained(args.out)
     policy.model.eval()
-    policy.model.save_pretrained(args.out, safe_serialization=True)
-    policy.tokenizer.save_pretrained(args.out)
     success = {f"level{lv}": greedy_success(policy, prompt, cfg, lv, args.eval) for lv in (1, 2, 3)}
     held_out = {
         "atoms": atom_integrands(60, args.atom_coefficients, cfg.seed + 1) if args.atoms else [],
@@ -201,7 +218,7 @@ def main() -> int:
         if integrands:
             wins = [greedy_success(policy, prompt, cfg, 1, 1, f) for f in integrands]
             success[name] = sum(wins) / len(wins)
-    if counts:
+    if counts or args.evaluate:
         for k in TERMS:
             success[f"terms{k}"] = greedy_success(policy, prompt, cfg, 1, args.eval, terms=k)
     losses = [round(x, 4) for x in losses]

@@ -22,9 +22,9 @@ N`` (with ``--problems 0``) teaches only one-term polynomials, the pieces of lev
 ``--polynomials 1:500,2:500,3:500,4:500,5:60`` teaches polynomials by their number of terms
 (N problems of K terms for each K:N; the env's ``terms`` option) and reports greedy success
 per number of terms, so a model can be left with a level in length: LADDER's polynomial
-setting (exploration_ladder_poly_try3.md) warms up on 1-4 terms with a few of 5, and asks
-for 6. ``--evaluate MODEL_DIR`` trains nothing and reports those greedy numbers for a saved
-model, e.g. a LADDER run's last checkpoint.
+setting warms up on 1-4 terms with a few of 5 (exploration_ladder_poly_try3.md), or of 5
+and 6 (_try4.md), and asks for 6. ``--evaluate MODEL_DIR`` trains nothing and reports
+those greedy numbers for a saved model, e.g. a LADDER run's last checkpoint.
 """
 
 from __future__ import annotations

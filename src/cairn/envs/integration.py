@@ -248,7 +248,7 @@ def _pick(rng: np.random.Generator, options: Sequence[Any]) -> Any:
     return options[int(rng.integers(len(options)))]
 
 
-def _level1(rng: np.random.Generator, terms: Sequence[int] = DEFAULT_TERMS) -> sp.Expr:
+def _level1(rng: np.random.Generator, terms: Sequence[int]) -> sp.Expr:
     powers = rng.choice(6, size=int(_pick(rng, terms)), replace=False)
     return sp.Add(*(_int(rng, -9, 9) * x ** int(k) for k in powers))
 
@@ -315,8 +315,8 @@ class Integration(TextEnv):
     Options:
         level: difficulty 1-4, or a list of levels to draw from per seed.
         terms: the number of terms of a level-1 polynomial (1-6), or a list to draw from
-            per seed; default 2-4. Above the model's level by length, e.g. LADDER's
-            polynomial benchmark trains on 2-5 terms and asks for 6.
+            per seed; default 2-4. Puts problems above a model's level by length: the
+            LADDER polynomial benchmark asks for 6 terms from a model warmed up on fewer.
         integrand: a fixed integrand (sympy syntax) used on every reset instead of the
             generator (e.g. one LADDER variant); parsed with the safe parser.
         max_steps: tries per episode (1: single-turn).

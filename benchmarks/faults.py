@@ -7,13 +7,16 @@
 Four parts, each a section of the record:
 
 - ``kill``: a tiny run of each of three presets (EMPO2 memory, a PPO critic, plain GiGPO)
-  is SIGKILLed at seeded random moments, drawn uniformly over the time the uninterrupted
-  run spent from its run folder's creation to its exit. A killed run with a complete
-  checkpoint continues with ``cairn train --resume``; one killed before its first
-  checkpoint must be refused by ``--resume`` in one line and is started again. Its
-  metrics.jsonl (every key but ``time/*``) and summary.json must equal the uninterrupted
-  run's. Runs are forked from this process after ``cairn`` is imported (each a real
-  process, killed with SIGKILL), so a run costs seconds instead of the import.
+  is SIGKILLed at seeded random moments: a phase of the uninterrupted run (setup and the
+  first iteration, each later iteration, the final eval and exit, timed by when its metrics
+  rows appeared), then a moment uniform over that phase. A kill that lands after the run
+  has exited (it ran faster than the reference) is not counted and is drawn again, until
+  ``--kills`` have been delivered (at most 3 draws per kill; a shortfall counts as lost).
+  A killed run with a complete checkpoint continues with ``cairn train --resume``; one
+  killed before its first checkpoint must be refused by ``--resume`` in one line and is
+  started again. Its metrics.jsonl (every key but ``time/*``) and summary.json must equal
+  the uninterrupted run's. Runs are forked from this process after ``cairn`` is imported
+  (each a real process, killed with SIGKILL), so a run costs seconds instead of the import.
 - ``env``: a wrapper env (``FlakyEnv``, registered by import path) fails on a steady share
   of training episodes: raises, hangs past ``rollout.env_timeout_s``, SIGKILLs its worker
   process, and on ScienceWorld (when installed) SIGKILLs the JVM. The run must finish every
@@ -211,24 +214,27 @@ def part_kill(kills: int, seed: int, work: Path, only: str) -> tuple[list[list[s
         full, marks = _reference(preset, work)  # rows at marks[:-1], exit at marks[-1]
         want_m, want_s = _metrics(full), _summary(full)
         n = kills // len(presets) + (i < kills % len(presets))
-        equal = delivered = 0
-        for k in range(n):  # a phase (setup + iteration 1, iteration r + 1, final eval)
+        equal = delivered = drawn = 0
+        while delivered < n and drawn < 3 * n:  # a kill that lands after the exit is redrawn
+            drawn += 1  # a phase (setup + iteration 1, iteration r + 1, final eval)
             row = rng.randrange(len(marks))  # then a moment uniform over that phase
             delay = rng.uniform(0, marks[row] - (marks[row - 1] if row else 0))
-            got = _kill_once(preset, work, k, row, delay)
+            got = _kill_once(preset, work, drawn, row, delay)
             ok = (
                 got.get("rc") == 0
                 and _metrics(got["run"]) == want_m
                 and _summary(got["run"]) == want_s
             )
-            equal += ok and got.get("killed", True)
-            delivered += got.get("killed", True)
+            killed = got.get("killed", True)
+            equal += ok and killed
+            delivered += killed
+            verdict = "equal" if ok else "DIFFERENT " + got.get("note", "")
             details.append(
                 f"| {preset} | row {row} + {delay:.2f} s | {got['at']} | {got['how']} | "
-                f"{'equal' if ok else 'DIFFERENT ' + got.get('note', '')} |"
+                f"{verdict if killed else 'not counted, redrawn'} |"
             )
-        span = f"{len(want_m)} it, {marks[-1]:.1f} s from folder to exit"
-        rows.append([f"SIGKILL, {preset} ({span})", delivered, equal, delivered - equal])
+        span = f"{len(want_m)} it, {marks[-1]:.1f} s from folder to exit, {drawn} drawn"
+        rows.append([f"SIGKILL, {preset} ({span})", delivered, equal, n - equal])
     body = (
         "| preset | kill at (after metrics row r appeared) | state at the kill | continued by | "
         "metrics + summary vs uninterrupted |\n|---|---|---|---|---|\n" + "\n".join(details)

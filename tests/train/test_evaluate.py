@@ -96,8 +96,14 @@ def test_eval_of_a_run_that_is_still_training(tmp_path):
             time.sleep(0.2)
         (run,) = tmp_path.iterdir()
         config = (run / "config.yaml").read_bytes()
-        for _ in range(2):  # a second time, after the checkpoint moved on
-            assert main(["eval", str(run), "--episodes", "2"]) == 0
+        latest = run / "checkpoints" / "latest"
+        assert main(["eval", str(run), "--episodes", "2"]) == 0
+        first = latest.read_text()
+        while latest.read_text() == first and time.time() < deadline:
+            assert trainer.poll() is None, trainer.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        assert latest.read_text() != first  # a second time, after the checkpoint moved on
+        assert main(["eval", str(run), "--episodes", "2"]) == 0
         assert trainer.poll() is None  # it was training all along
     finally:
         trainer.send_signal(signal.SIGINT)

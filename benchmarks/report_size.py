@@ -1,6 +1,6 @@
 """Report size and build time of `cairn inspect` on synthetic run directories.
 
-Two runs, written by `synthetic_walk.write_walk_run` (beside this script) through the real
+Two runs, written by `cairn.report.synthetic.write_synthetic_run` through the real
 dump code (to_step_batch -> GiGPO estimate_parts -> to_records -> RunLog.trajectories):
 
     demo      200 iterations x 32 groups x 8 episodes, 4 groups dumped per iteration
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cairn.report.html import build_report
 from cairn.report.rundata import Sampling
-from synthetic_walk import write_walk_run
+from cairn.report.synthetic import write_synthetic_run
 
 CASES = {
     "demo": {"iterations": 200, "groups": 32, "group_size": 8, "dumped_groups": 4},
@@ -47,7 +47,7 @@ def measure(
     gen = None
     if not run.exists():
         t0 = time.perf_counter()
-        write_walk_run(run, **spec)
+        write_synthetic_run(run, **spec)
         gen = time.perf_counter() - t0
     times = []
     for _ in range(repeat):

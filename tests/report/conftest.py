@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 from cairn.train.loggers import register_logger
-
-sys.path.insert(0, str(Path(__file__).parent))  # synthetic_run
 
 
 class BrokenLogger:

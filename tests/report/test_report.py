@@ -10,7 +10,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from synthetic_run import write_synthetic_run
 
 from cairn.cli import main
 from cairn.report.html import (
@@ -21,6 +20,7 @@ from cairn.report.html import (
     serve,
 )
 from cairn.report.rundata import Sampling
+from cairn.report.synthetic import write_synthetic_run
 
 payload_of = read_payload
 

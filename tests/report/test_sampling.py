@@ -8,10 +8,10 @@ import random
 from fractions import Fraction
 
 import pytest
-from synthetic_run import write_synthetic_run
 
 from cairn.report.payload import CURVE_POINTS, curves
 from cairn.report.rundata import Sampling, evenly_spaced, load_run, read_dump, trajectory_files
+from cairn.report.synthetic import write_synthetic_run
 
 
 def test_evenly_spaced_worked_examples():

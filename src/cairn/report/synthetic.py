@@ -1,4 +1,5 @@
-"""A synthetic run directory for the report tests, written through the real code paths.
+"""A synthetic run directory, written through the real code paths: the report tests'
+fixture and benchmarks/report_size.py's runs (one builder for both).
 
 Nothing is trained: a toy grid walk (agent, goal, walls at the border) stands in for the
 env and a policy whose pull toward the goal grows with the iteration stands in for
@@ -7,8 +8,7 @@ learning. The episodes go through `to_step_batch`, the registered advantage esti
 form a real run writes. Options add what the trainer does not write yet: rollout trees
 (``trees``: per-step ``path`` and ELPO's ``crit``), demonstrations (``demos``: one
 ``source = 1`` episode per group) and memory tips (``tips``: ``source = 2`` episodes whose
-steps carry a ``tips`` list). benchmarks/synthetic_walk.py is the plain case of this
-builder (same random draws) for benchmarks/report_size.py, which may not import tests/.
+steps carry a ``tips`` list).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cairn.agent import PromptBuilder
+from cairn.agent import PromptBuilder, parse_action
 from cairn.data.episode import to_records
 from cairn.data.tokens import TokenBatch
 from cairn.envs import make
@@ -20,6 +20,9 @@ from cairn.exploration.demos import (
     make_source,
     mix_demos,
 )
+from cairn.policies import HFPolicy, local_tokenizer
+from cairn.policies.hf import Generation
+from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.rollout import RolloutSettings, rollout, tasks_for_groups
 
 SETTINGS = RolloutSettings(restrict_to_admissible=True, max_new_tokens=4)
@@ -110,3 +113,49 @@ def test_bad_sources(tmp_path):
         make_source("oracle")
     with pytest.raises(ValueError, match=r"solve\(\)"):
         SolverDemos().actions(object(), 0, 0)
+
+
+class _Replay:
+    """A policy that 'samples' the given completions' ids turn after turn (every row)."""
+
+    def __init__(self, base: HFPolicy, completions: list[list[int]]):
+        self.base, self.completions, self.turn, self.prompts = base, completions, 0, []
+        self.encode, self.eos_id, self.pad_id = base.encode, base.eos_id, base.pad_id
+
+    def generate(self, prompts, **_) -> list[Generation]:
+        self.prompts.append(list(prompts[0]))
+        ids = self.completions[self.turn]
+        self.turn += 1
+        text = self.base.tokenizer.decode(ids, skip_special_tokens=True)
+        return [Generation(ids, [0.0] * len(ids), text, "eos") for _ in prompts]
+
+
+@pytest.mark.parametrize("fmt", ["tagged", "tool_call"])
+def test_free_text_demo_writes_the_action_format_in_the_rollout_chat_prompts(fmt):
+    """In free text a demonstration is written as the policy's parser reads it, and its
+    prompts are the chat prompts (token-in/token-out) a rollout sampling the same ids
+    builds; before, demos were bare action text over flat prompts."""
+    from cairn.envs import make as make_env
+
+    env = make_env("search_qa", kb_seed=0, kb_size=6, hops=2, max_steps=4)
+    tok = local_tokenizer(env, env.instruction, kind="chat", vocab_size=400)
+    config = tiny_config(len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    policy = HFPolicy(build_tiny_model(config, seed=0), tok)
+    prompt = PromptBuilder(history=3, chat_template=tok, style="chat")
+    settings = RolloutSettings(
+        restrict_to_admissible=False, action_format=fmt, max_new_tokens=64, format_reward=0.1
+    )
+    env.reset(seed=4)
+    plan = env.gold_actions()
+    demo = demo_episode(
+        env, 4, plan, policy=policy, prompt=prompt, settings=settings, episode_id=0, group=0
+    )
+    assert demo.success and [s.action for s in demo.steps] == plan
+    for s in demo.steps:
+        assert parse_action(s.completion, fmt=fmt) == s.action != s.completion
+        assert s.action_ids == [*policy.encode(s.completion), policy.eos_id]
+        assert s.shaped == {"format": 0.1}
+    replay = _Replay(policy, [s.action_ids for s in demo.steps])
+    ref = rollout(replay, [env], tasks_for_groups([4], 1), prompt, settings)[0]
+    assert [s.prompt_ids for s in ref.steps] == [s.prompt_ids for s in demo.steps]
+    assert ref.success and [s.action for s in ref.steps] == plan

@@ -218,3 +218,28 @@ def test_partitions_are_per_instruction(tmp_path):
     mem.add("task a", [Tip("x", "y", 0.0)])
     db = sqlite3.connect(s.path)
     assert db.execute("SELECT partition FROM tips").fetchall() == [(partition_key("task a"),)]
+
+
+def test_tips_reach_chat_prompts_and_off_policy_strips_them(tmp_path):
+    """Chat prompts (token-in/token-out) show the tips too, and the off-policy mode trains
+    on the same chat prompt without them; before, the chat path skipped the tips."""
+    from cairn.agent import Turn, fit_prompt
+    from cairn.envs import make
+    from cairn.policies import local_tokenizer
+
+    env = make("frozenlake")
+    tok = local_tokenizer(env, env.instruction, kind="chat", vocab_size=300)
+    encode = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    base = PromptBuilder(history=2, chat_template=tok, style="chat")
+    mem = TipMemory(_store(tmp_path), TfidfEmbedder(), top_k=3)
+    mem.add("push", [Tip("o1", "act: left", 1.0)])
+    builder = TipPromptBuilder(base, mem)
+    past = [Turn("o0", "up", encode("up") + [tok.eos_token_id])]
+    ids = fit_prompt(builder, encode, tok.eos_token_id, "push", past, "o1").ids
+    plain = fit_prompt(base, encode, tok.eos_token_id, "push", past, "o1").ids
+    assert tok.decode(ids).replace("\n<tip> act: left </tip>", "") == tok.decode(plain)
+    assert builder.shown_ids == {tuple(ids): (plain, ("act: left",))} and builder.shown == {}
+    e = _episode([ids, plain])
+    assert apply_mode([e], "off_policy", builder.shown, encode, builder.shown_ids) == 1
+    assert e.steps[0].train_prompt_ids == plain and e.steps[1].train_prompt_ids is None
+    assert e.meta["tips"] == ["act: left"]

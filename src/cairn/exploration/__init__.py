@@ -182,7 +182,9 @@ class Exploration:
         if builder is not None:
             from cairn.exploration.memory import apply_mode
 
-            tipped = apply_mode(episodes, mode, builder.shown, self.policy.encode)
+            tipped = apply_mode(
+                episodes, mode, builder.shown, self.policy.encode, builder.shown_ids
+            )
             self.last["memory/tipped_steps"] = tipped / max(1, sum(len(e.steps) for e in episodes))
         if self.curriculum is not None:
             self.last.update(self.curriculum.observe(episodes))

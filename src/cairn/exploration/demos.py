@@ -8,9 +8,13 @@ probability taken as 1): ``Episode.source = 1`` sets the token batch's ``off_pol
 
 A demonstration is an action sequence *replayed* in the env from the group's seed, so its
 steps have the very prompts, observations, rewards and anchors an on-policy episode would
-have (same ``PromptBuilder``), and its action ids are what the policy would emit for those
-actions (the admissible-choice restriction included, so the shaped probability p is the
-one the restricted policy assigns). Sources:
+have (the rollout's own prompt path, ``cairn.agent.fit_prompt``: chat prompts
+token-in/token-out with the earlier demo turns' ids spliced in, the context budget), and
+its action ids are what the policy would emit for those actions: the admissible-choice
+restriction included, so the shaped probability p is the one the restricted policy
+assigns; in free text each action written in the rollout's ``action_format``
+(``<action>a</action>`` or a tool call, ``cairn.agent.format_completion``), so the policy
+imitates completions its own parser accepts. Sources:
 
 - ``solver``: the env's own planner, ``env.solve()`` after reset (sokoban's BFS solver);
 - ``jsonl``: a file of episodes (``cairn.data.episode.to_records`` lines, or any JSON
@@ -23,12 +27,12 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from cairn._registry import ImportRegistry
-from cairn.agent import PromptBuilder
+from cairn.agent import ContextOverflow, PromptBuilder, Turn, fit_prompt, format_completion
 from cairn.data.episode import Episode, Source, Step
 from cairn.envs import TextEnv
 
@@ -151,28 +155,45 @@ def demo_episode(
     settings: Any,
     episode_id: int,
     group: int,
+    think: Callable[[str], str] | None = None,
 ) -> Episode:
-    """Replay ``actions`` from ``env.reset(seed)`` as an ``Episode(source=1)``."""
+    """Replay ``actions`` from ``env.reset(seed)`` as an ``Episode(source=1)`` (module
+    docstring); ``think(observation)`` writes a ``<think>`` block before each free-text
+    action. A prompt over the context budget ends the demonstration unsuccessful."""
     obs, info = env.reset(seed=seed)
     e = Episode(id=episode_id, group=group, task=int(seed), source=SOURCE_DEMO)
+    eos = getattr(policy, "eos_id", None)
     for action in actions:
-        text = prompt.build(env.instruction, [(s.observation, s.action) for s in e.steps], obs)
+        past = [Turn(s.observation, s.action, s.action_ids) for s in e.steps]
+        try:
+            fitted = fit_prompt(
+                prompt, policy.encode, eos, env.instruction, past, obs, settings.context_budget
+            )
+        except ContextOverflow as err:
+            e.meta["end_reason"] = f"context overflow at turn {len(e.steps)}: {err}"
+            e.truncated = True
+            break
         choices = info.get("admissible") if settings.restrict_to_admissible else None
+        completion = action
         if choices:
             ids, allowed = constrained_ids(policy.encode, action, choices, policy.eos_id)
         else:
-            ids, allowed = [*policy.encode(action), policy.eos_id], None
+            if settings.action_format != "line":
+                completion = format_completion(
+                    action, think(obs) if think else "", settings.action_format
+                )
+            ids, allowed = [*policy.encode(completion), policy.eos_id], None
         nxt, reward, terminated, truncated, nxt_info = env.step(action)
         valid = bool(nxt_info.get("valid", True))
-        e.steps.append(
-            Step(
-                t=len(e.steps), observation=obs, anchor=info.get("anchor", obs), action=action,
-                completion=action, reward=float(reward), valid=valid,
-                penalty=0.0 if valid else settings.invalid_penalty,
-                prompt_ids=policy.encode(text), action_ids=ids, logprobs=[0.0] * len(ids),
-                allowed=allowed,
-            )
+        step = Step(
+            t=len(e.steps), observation=obs, anchor=info.get("anchor", obs), action=action,
+            completion=completion, reward=float(reward), valid=valid,
+            penalty=0.0 if valid else settings.invalid_penalty,
+            prompt_ids=fitted.ids, action_ids=ids, logprobs=[0.0] * len(ids), allowed=allowed,
         )  # fmt: skip
+        if completion != action and settings.format_reward:  # as the rollout rewards it
+            step.shaped["format"] = settings.format_reward
+        e.steps.append(step)
         obs, info = nxt, nxt_info
         out = settings.max_turns is not None and len(e.steps) >= settings.max_turns
         if terminated or truncated or out:

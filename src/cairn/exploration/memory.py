@@ -219,15 +219,21 @@ class TipPromptBuilder:
     """A ``PromptBuilder`` that inserts retrieved tips after the instruction.
 
     Records, for every prompt it built with tips, the same prompt without them and the
-    tips shown (``shown``), so that the off-policy mode can train on the plain prompt.
+    tips shown, so that the off-policy mode can train on the plain prompt: ``shown`` maps
+    a flat prompt's text to (plain text, tips), ``shown_ids`` a chat prompt's ids (built
+    token-in/token-out by ``chat_ids``) to (plain ids, tips).
     """
 
     def __init__(self, base: PromptBuilder, memory: TipMemory):
         self.base, self.memory = base, memory
         self.shown: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self.shown_ids: dict[tuple[int, ...], tuple[list[int], tuple[str, ...]]] = {}
 
     def __getattr__(self, name: str) -> Any:  # history, chat_template, ...
         return getattr(self.base, name)
+
+    def _block(self, extra: str, tips: Sequence[str]) -> str:
+        return "\n".join(x for x in (extra, tagged("tip", tips)) if x)
 
     def build(
         self, instruction: str, past: Sequence[tuple[str, str]], observation: str, extra: str = ""
@@ -236,10 +242,29 @@ class TipPromptBuilder:
         tips = self.memory.retrieve(instruction, observation)
         if not tips:
             return plain
-        block = "\n".join(x for x in (extra, tagged("tip", tips)) if x)
-        text = self.base.build(instruction, past, observation, block)
+        text = self.base.build(instruction, past, observation, self._block(extra, tips))
         self.shown[text] = (plain, tuple(tips))
         return text
+
+    def chat_ids(
+        self,
+        encode: Callable[[str], list[int]],
+        eos_id: int | None,
+        instruction: str,
+        shown: Sequence[tuple[str, Sequence[int]]],
+        observation: str,
+        extra: str = "",
+        turn: int | None = None,
+    ) -> list[int]:
+        """``PromptBuilder.chat_ids`` with the tips block after the instruction (system message)."""
+        args = (encode, eos_id, instruction, shown, observation)
+        plain = self.base.chat_ids(*args, extra, turn)
+        tips = self.memory.retrieve(instruction, observation)
+        if not tips:
+            return plain
+        ids = self.base.chat_ids(*args, self._block(extra, tips), turn)
+        self.shown_ids[tuple(ids)] = (plain, tuple(tips))
+        return ids
 
 
 def check_mode_probs(probs: dict[str, float]) -> dict[str, float]:
@@ -263,20 +288,25 @@ def apply_mode(
     mode: str,
     shown: dict[str, tuple[str, tuple[str, ...]]],
     encode: Callable[[str], list[int]],
+    shown_ids: dict[tuple[int, ...], tuple[list[int], tuple[str, ...]]] | None = None,
 ) -> int:
     """Mark memory-guided episodes after a rollout with ``TipPromptBuilder``.
 
     Every episode of a ``tips`` / ``off_policy`` iteration gets ``source = 2`` and
     ``meta["memory_mode"]``; an episode that was shown tips lists them in
     ``meta["tips"]``; in ``off_policy`` mode each step sampled with tips trains on the
-    prompt without them (``train_prompt_ids``). Returns the number of steps shown tips.
+    prompt without them (``train_prompt_ids``). ``shown`` / ``shown_ids``: the builder's
+    records of flat and chat prompts. Returns the number of steps shown tips.
     """
     if mode not in MODES:
         raise ValueError(f"unknown memory mode {mode!r}; allowed: {', '.join(MODES)}")
     if mode == "on_policy":
         return 0
     tipped = 0
-    by_ids = {tuple(encode(text)): (plain, tips) for text, (plain, tips) in shown.items()}
+    by_ids: dict[tuple[int, ...], tuple[str | list[int], tuple[str, ...]]] = {
+        tuple(encode(text)): hit for text, hit in shown.items()
+    }
+    by_ids.update(shown_ids or {})
     for e in episodes:
         e.source, e.meta["memory_mode"] = SOURCE_MEMORY, mode
         seen: list[str] = []
@@ -287,7 +317,8 @@ def apply_mode(
             tipped += 1
             seen += [t for t in hit[1] if t not in seen]
             if mode == "off_policy":
-                s.train_prompt_ids = encode(hit[0])
+                plain = hit[0]
+                s.train_prompt_ids = encode(plain) if isinstance(plain, str) else list(plain)
                 s.flags["tips_stripped"] = True  # the loss's turn mask (LossConfig)
         if seen:
             e.meta["tips"] = seen

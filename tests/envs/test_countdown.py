@@ -241,3 +241,11 @@ def test_reset_info_key_steps_all_occur_in_the_gold_solution(seed):
     assert key_step_matches(gold, info["key_steps"]) == len(info["key_steps"])
     for alternatives in info["key_steps"]:  # every phrase computes a sub-result
         assert all(evaluate_expression(a, env.numbers) is not None for a in alternatives)
+
+
+def test_solve_is_the_one_step_plan_that_wins():
+    env = make("countdown")
+    env.reset(seed=11)
+    plan = env.solve()
+    assert plan == [env.solution()]
+    assert env.step(plan[0])[4]["success"]

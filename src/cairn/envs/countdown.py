@@ -260,6 +260,10 @@ class Countdown(TextEnv):
             raise RuntimeError("countdown: call reset() first")
         return self._gold
 
+    def solve(self) -> list[str]:
+        """The plan a warm-up or a demonstration replays: the one answer ``solution()``."""
+        return [self.solution()]
+
     # -- branching ----------------------------------------------------------------------------
     def snapshot(self) -> CountdownSnapshot:
         if not self._clock.started:

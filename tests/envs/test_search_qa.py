@@ -45,6 +45,21 @@ def test_gold_searches_then_answer_succeed(seed):
     assert (obs, reward, term, trunc, info["success"]) == ("correct", 1.0, True, False, True)
 
 
+@pytest.mark.parametrize("kb_seed", [None, 0])
+def test_solve_is_the_gold_chain_in_words_a_word_tokenizer_can_write(kb_seed):
+    """The warm-up's solver: gold searches then the answer, brackets spaced so each one is a
+    word of ``vocabulary()``; replaying it succeeds."""
+    env = make("search_qa", kb_seed=kb_seed, hops=[1, 2, 3])
+    vocab = set(env.vocabulary())
+    for seed in range(30):
+        env.reset(seed=seed)
+        plan = env.solve()
+        assert plan == [f"search [ {q} ]" for q in env.gold_queries] + [f"answer [ {env.answer} ]"]
+        assert {w for a in plan for w in a.split()} <= vocab
+        results = [env.step(a) for a in plan]
+        assert all(r[4]["valid"] for r in results) and results[-1][4]["success"]
+
+
 def test_worked_question_and_documents():
     env = make("search_qa", kb_seed=3, hops=2)
     env.reset(seed=0)

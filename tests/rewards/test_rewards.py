@@ -91,3 +91,11 @@ def test_info_gain_is_the_change_in_answer_probability(tiny_policy):
         q.append(float(torch.exp(logp[0, -1])))
     gains = [s.columns["info_gain"] for s in ep.steps]
     assert gains == pytest.approx([q[1] - q[0], q[2] - q[1], 0.0], abs=1e-6)
+
+
+def test_info_gain_answer_the_tokenizer_cannot_write_fails_clearly(tiny_policy):
+    # "up]" is no word of the word-level vocabulary: p(answer) would score <unk>, not "up"
+    ep = Episode(id=0, group=0, task=0, steps=[_step(t=0)], meta={"answer": "up"})
+    fn = make_reward("info_gain", template="{answer}]")
+    with pytest.raises(ValueError, match="cannot write the answer action 'up]'"):
+        fn([ep], RewardContext(policy=tiny_policy))

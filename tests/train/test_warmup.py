@@ -55,7 +55,41 @@ def test_demonstrations_are_solver_plans_in_the_rollout_prompt_format(chat_polic
             head = prev.prompt_ids + prev.action_ids  # token-in/token-out prefixes
             assert step.prompt_ids[: len(head)] == head
     with pytest.raises(ValueError, match="needs an env with a solver"):
-        demonstrations(make("search_qa"), [0], chat_policy, _prompt(chat_policy), SETTINGS)
+        demonstrations(make("frozenlake"), [0], chat_policy, _prompt(chat_policy), SETTINGS)
+
+
+QA = {"kb_seed": 0, "kb_size": 12, "hops": [1, 2], "max_steps": 4}
+
+
+@pytest.fixture
+def word_policy():
+    pytest.importorskip("bm25s", reason="search_qa needs the 'search' extra (bm25s)")
+    env = make("search_qa", **QA)
+    tok = local_tokenizer(env, env.instruction, kind="word")
+    config = tiny_config(len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    return HFPolicy(build_tiny_model(config, seed=0), tok)
+
+
+def test_line_format_demonstrations_are_the_bare_solver_actions(word_policy):
+    """search_qa's plan through the word-level tokenizer: each completion is the action
+    itself (a line, no tags the tokenizer cannot write), every id known, eos last."""
+    env = make("search_qa", **QA)
+    line = RolloutSettings(max_new_tokens=12, restrict_to_admissible=False, action_format="line")
+    episodes = demonstrations(env, [0, 1, 2], word_policy, PromptBuilder(history=1), line, "none")
+    assert all(e.success for e in episodes)
+    unk = word_policy.tokenizer.unk_token_id
+    for e in episodes:
+        env.reset(seed=e.task)
+        assert [s.completion for s in e.steps] == [s.action for s in e.steps] == env.solve()
+        for s in e.steps:
+            assert unk not in s.action_ids and s.action_ids[-1] == word_policy.eos_id
+            assert parse_action(word_policy.decode(s.action_ids), fmt="line") == s.action
+
+
+def test_demonstrations_the_tokenizer_cannot_write_fail_clearly(word_policy):
+    env = make("search_qa", **QA)
+    with pytest.raises(ValueError, match="tokenizer cannot write the demonstration"):
+        demonstrations(env, [0], word_policy, PromptBuilder(history=1), SETTINGS, "none")
 
 
 def test_warmup_teaches_the_format(chat_policy):

@@ -129,6 +129,12 @@ class SearchQA(TextEnv):
         """A successful episode: the gold searches, then the answer."""
         return [f"search[{q}]" for q in self.gold_queries] + [f"answer[{self.answer}]"]
 
+    def solve(self) -> list[str]:
+        """The gold actions as a solver plan (the format warm-up's demonstrations), written
+        with spaces around the brackets (``search [ Kalomi born ]``) so that every tokenizer,
+        the word-level one over ``vocabulary()`` included, can write them."""
+        return [f"search [ {q} ]" for q in self.gold_queries] + [f"answer [ {self.answer} ]"]
+
     def retrieve(self, query: str, k: int | None = None) -> list[str]:
         """The top-``k`` documents (default ``top_k``) of the current knowledge base."""
         if self._kb is None:

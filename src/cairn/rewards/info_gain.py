@@ -51,6 +51,18 @@ class InfoGain:
             out.append(((logp * mask).sum(-1) / mask.sum(-1).clamp(min=1)).exp())
         return torch.cat(out).numpy() if out else np.zeros(0)
 
+    def _answer_ids(self, policy, answer: str) -> list[int]:
+        """The answer action's ids; unknown tokens would score a placeholder, so they fail."""
+        text = self.template.format(answer=answer)
+        ids = policy.encode(text)
+        unk = getattr(getattr(policy, "tokenizer", None), "unk_token_id", None)
+        if unk is not None and unk in ids:
+            raise ValueError(
+                f"info_gain: the tokenizer cannot write the answer action {text!r} (unknown "
+                "tokens); set the reward's template to words it has, e.g. 'answer [ {answer} ]'"
+            )
+        return ids
+
     def __call__(self, episodes: Sequence[Episode], ctx) -> None:
         prompts, answers = [], []
         for e in episodes:
@@ -59,7 +71,7 @@ class InfoGain:
                     "reward info_gain needs the ground-truth answer: the env must put "
                     "info['answer'] in its reset info (search_qa does)"
                 )
-            ids = ctx.policy.encode(self.template.format(answer=e.meta["answer"]))
+            ids = self._answer_ids(ctx.policy, e.meta["answer"])
             for s in e.steps:
                 prompts.append(s.prompt_ids)
                 answers.append(ids)

@@ -9,9 +9,11 @@ the format, and only the format's mechanics, from the env's own solver:
 1. ``demonstrations``: for ``demos`` training seeds (drawn from the warm-up's own stream,
    disjoint from nothing the eval uses: eval seeds are held out), the env's ``solve()``
    plan is replayed, each action written as ``<think>...</think><action>a</action>``
-   (or a tool call) through the *same* prompt path as the rollout (``fit_prompt``, chat
-   prompts token-in/token-out, the context budget), so a warmed-up model reads exactly the
-   prompts it will see in RL;
+   (``tagged``), a tool call (``tool_call``) or the bare action (``line``: its first line
+   is the action, no ``<think>``; a word-level tokenizer cannot write the tags) through the
+   *same* prompt path as the rollout (``fit_prompt``, chat prompts token-in/token-out, the
+   context budget), so a warmed-up model reads exactly the prompts it will see in RL; a
+   completion the tokenizer cannot write (unknown tokens) is an error;
 2. ``supervised_warmup``: token-mean cross-entropy on the completion tokens (end-of-turn
    token included), AdamW, minibatches, for ``epochs`` passes or ``time_budget_s``.
 
@@ -47,6 +49,11 @@ def think_text(observation: str, mode: str = "offsets") -> str:
     return " ".join(w for w in observation.split() if _OFFSET.match(w))
 
 
+def _completion(action: str, think: str, fmt: str) -> str:
+    """A demonstration completion: the bare action for ``line``, else ``format_completion``."""
+    return action if fmt == "line" else format_completion(action, think, fmt)
+
+
 def demonstrations(
     env: TextEnv,
     seeds: Sequence[int],
@@ -59,7 +66,7 @@ def demonstrations(
     solve = getattr(env, "solve", None)
     if solve is None:
         raise ValueError(f"warmup needs an env with a solver (env.solve()); {env!r} has none")
-    fmt = "tagged" if settings.action_format == "line" else settings.action_format
+    fmt, unk = settings.action_format, getattr(policy.tokenizer, "unk_token_id", None)
     out = []
     for k, seed in enumerate(seeds):
         obs, info = env.reset(seed=int(seed))
@@ -73,8 +80,13 @@ def demonstrations(
                 prompt, policy.encode, policy.eos_id, env.instruction, past, obs,
                 settings.context_budget,
             )  # fmt: skip
-            text = format_completion(action, think_text(obs, think), fmt)
+            text = _completion(action, think_text(obs, think), fmt)
             ids = [*policy.encode(text), policy.eos_id]
+            if unk is not None and unk in ids:
+                raise ValueError(
+                    f"warmup: the tokenizer cannot write the demonstration {text!r} (unknown "
+                    "tokens); use a tokenizer that covers the env's actions"
+                )
             nxt, reward, terminated, truncated, nxt_info = env.step(action)
             e.steps.append(
                 Step(

@@ -5,6 +5,7 @@ Studies (``--study``; each is one section of benchmarks/results/credit/step_cred
 - ``rooms_4_8`` (default): GRPO vs GiGPO vs ProxMO on longer sokoban rooms, below.
 - ``countdown_step_grpo``: Step-GRPO (outcome + 0.1 x StepRAR, the share of the reference
   solution's intermediate equations found in the answer) vs outcome-only GRPO, countdown.
+- ``countdown_warmup``: the same two arms, both after the same format warm-up.
 - ``search_qa_igpo``: IGPO (information-gain turn rewards) vs GRPO vs GiGPO on multi-hop
   search QA, where the outcome is sparse and each search can raise p(gold answer).
 
@@ -20,6 +21,7 @@ differ only in the step term.
 
     python benchmarks/step_credit.py                 # 3 seeds x 3 arms, 2 runs at a time
     python benchmarks/step_credit.py --study countdown_step_grpo --set train.threads=1
+    python benchmarks/step_credit.py --study countdown_warmup --set train.threads=1
     python benchmarks/step_credit.py --study search_qa_igpo --set train.threads=1
     python benchmarks/step_credit.py --quick         # 1 seed, 2 iterations, not recorded
 
@@ -99,6 +101,14 @@ SOKOBAN_ARMS = {  # arm -> (preset, overrides)
     "proxmo": ("sokoban_proxmo.yaml", []),
 }
 TEXT_SHARED = ["eval.every=4", "eval.target=0.2", "train.time_budget_s=null"]
+#: a format warm-up before RL (cairn.train.warmup): a random tiny model writes no parsable
+#: expression, so neither outcome nor step reward has anything to act on without it
+COUNTDOWN_WARMUP = [
+    "warmup.enabled=true",
+    "warmup.demos=1024",
+    "warmup.epochs=16",
+    "warmup.minibatch_size=64",
+]
 STUDIES = {
     "rooms_4_8": Study(
         "6x6, 1 box, 4-8 moves, 20 steps",
@@ -117,6 +127,19 @@ STUDIES = {
         8192,
         "Greedy success (exact target) on 100 held-out instances every 4 iterations of 128 "
         "episodes (16 instances x 8); StepRAR is a training reward only.",
+    ),
+    "countdown_warmup": Study(
+        "countdown (3-4 numbers) after a format warm-up: Step-GRPO vs outcome-only GRPO",
+        [*TEXT_SHARED, "eval.episodes=100", *COUNTDOWN_WARMUP],
+        {
+            "grpo": ("countdown_step_grpo.yaml", ["rewards=[]"]),
+            "step_grpo": ("countdown_step_grpo.yaml", []),
+        },
+        8192,
+        "Both arms start from the same supervised warm-up (`warmup:`, seed 0: 1,024 solver "
+        "answers, 16 epochs) that teaches the expression format, not the arithmetic. Greedy "
+        "success (exact target) on 100 held-out instances every 4 iterations of 128 episodes "
+        "(16 instances x 8); StepRAR is a training reward only.",
     ),
     "search_qa_igpo": Study(
         "multi-hop search QA: IGPO vs GRPO vs GiGPO",

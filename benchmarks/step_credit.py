@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from cairn.report.plots import plot_compare_dir
 from cairn.train.compare import compare
 from cairn.train.config import load_config
 from cairn.train.records import mean_ci, write_section
@@ -249,6 +250,7 @@ def main() -> int:
     configs = [str(arm_config(study, arm, extra, out)) for arm in study.arms]
     start = time.time()
     summary = compare(configs, seeds, out, jobs=args.jobs)
+    plot_compare_dir(summary, out)  # curves.png, as `cairn compare` draws them
     wall = time.time() - start
     table = arm_rows(study, summary, out, seeds)
     print("\n".join(table))

@@ -18,6 +18,7 @@ if shutil.which("java") is None:
     pytest.skip("scienceworld needs a Java runtime (java not on PATH)", allow_module_level=True)
 
 from cairn.envs import make
+from cairn.envs._jvm import JvmDied
 from cairn.envs.base import ReplaySnapshot
 from cairn.envs.scienceworld import TASKS, ScienceWorld, resolve_task
 
@@ -317,6 +318,28 @@ def test_a_dead_shared_jvm_is_replaced_for_the_next_env():
     second.reset(seed=0)  # a fresh JVM, not the dead one
     assert second._gateway is not first._gateway and "living" in second.instruction
     first.close(), second.close()
+
+
+def test_a_killed_shared_jvm_costs_one_episode_and_the_other_envs_replay_theirs():
+    opts = {"task": TASK, "variations": [0, 1], "jvm_heap_mb": 320}  # a JVM of their own
+    before = java_children()
+    a, b = ScienceWorld(**opts), ScienceWorld(**opts)
+    a.reset(seed=0), b.reset(seed=1)
+    moves = b.gold_actions()[:3]
+    run(b, moves[:2])
+    dead = a._gateway.java_process
+    dead.kill()
+    dead.wait()
+    with pytest.raises(JvmDied, match=r"exited with code -9 before step\(\); this episode is lost"):
+        a.step("look around")
+    after_kill = b.step(moves[2])  # b moved to a fresh JVM and replayed its two moves
+    ref = ScienceWorld(**opts)
+    ref.reset(seed=1)
+    assert run(ref, moves[:2]) and ref.step(moves[2])[:4] == after_kill[:4]
+    assert a.reset(seed=0)[0] and a._gateway is b._gateway is ref._gateway
+    assert len(java_children() - before) == 1  # the new JVM; the dead one is gone
+    a.close(), b.close(), ref.close()
+    assert java_children() == before
 
 
 @pytest.mark.parametrize("heap", [0, 10, "1g", True])

@@ -9,6 +9,11 @@ releases it. A JVM whose process died (killed, crashed) is never handed out agai
 ``acquire_jvm`` starts a fresh one. ``heap_mb`` caps each JVM's heap (``-Xmx``); without it
 a JVM may grow to a quarter of the machine's memory.
 
+A dead shared JVM costs one episode, not one per env that used it: the first env that finds
+it dead (``claim_dead_jvm`` answers True once per JVM) raises ``JvmDied``, so its episode
+ends as an env fault and is counted; every other env on it moves to a fresh JVM and
+replays its episode there (exact where the env is deterministic), so its calls succeed.
+
 JVMs are started lazily (on an env's first use), exit with this process at the latest, and
 are never shared across processes (a forked worker starts its own).
 """
@@ -19,14 +24,18 @@ import contextlib
 import os
 import subprocess
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
 __all__ = [
+    "JvmDied",
     "acquire_jvm",
+    "claim_dead_jvm",
     "heap_options",
+    "jvm_exit_code",
     "live_shared_jvms",
     "release_jvm",
     "start_jvm",
@@ -46,6 +55,10 @@ def start_jvm(jar: str, cwd: str, java_opts: Sequence[str] = ()) -> JavaGateway:
 def stop_jvm(gateway: JavaGateway) -> None:
     """Shut the py4j gateway down and make sure the java process has exited."""
     process = gateway.java_process
+    if process.poll() is not None:  # dead: a shutdown command would only log a traceback
+        with contextlib.suppress(Exception):
+            gateway.close(keep_callback_server=True)  # only the sockets (none is served)
+        return
     with contextlib.suppress(Exception):
         gateway.shutdown()
     if process.poll() is None:  # die_on_exit: the JVM quits when its stdin gets a line
@@ -57,6 +70,32 @@ def stop_jvm(gateway: JavaGateway) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+class JvmDied(RuntimeError):
+    """The JVM behind an env exited (killed, crashed): the env's current episode is lost."""
+
+
+def jvm_exit_code(gateway: JavaGateway, wait_s: float = 0.0) -> int | None:
+    """The exit code of ``gateway``'s java process, or None while it runs (waiting up to
+    ``wait_s`` seconds for it to exit: a socket error can arrive before the kill completes)."""
+    try:
+        return gateway.java_process.wait(timeout=wait_s) if wait_s else gateway.java_process.poll()
+    except subprocess.TimeoutExpired:
+        return None
+
+
+_DEAD_CLAIMED: weakref.WeakSet[JavaGateway] = weakref.WeakSet()
+
+
+def claim_dead_jvm(gateway: JavaGateway) -> bool:
+    """True for the first env that reports ``gateway``'s JVM dead (its episode pays for the
+    JVM), False for every later one (they move to a fresh JVM and replay)."""
+    with _LOCK:
+        if gateway in _DEAD_CLAIMED:
+            return False
+        _DEAD_CLAIMED.add(gateway)
+        return True
 
 
 def heap_options(heap_mb: int | None) -> tuple[str, ...]:

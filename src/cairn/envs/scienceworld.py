@@ -42,23 +42,40 @@ For invalid steps ``info["anchor"]`` stays the anchor of the unchanged state.
 Snapshot/restore: the simulator has no state copy, so the generic replay of the action
 prefix from the reset seed is used (exact with ``deterministic=True``: each load reseeds
 the simulator's random generator with the variation index).
+
+A dead JVM (killed, crashed) costs one episode (``cairn.envs._jvm``). The first env of the
+shared JVM to find it dead raises ``JvmDied`` from that call: a rollout ends that episode as
+an env fault, counts it and rebuilds the env; the env is usable again after ``reset`` (a
+fresh JVM starts). Every other env of the dead JVM moves to a fresh one before its next
+call and replays its episode there (the reset seed's variation, then its actions), so its
+episode goes on unchanged; with ``deterministic=False`` a replay is not exact and these
+envs raise ``JvmDied`` too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from numbers import Integral
 from typing import Any
 
 from py4j.java_gateway import JavaGateway
+from py4j.protocol import Py4JNetworkError
 from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
 from scienceworld.utils import infer_task
 
 from cairn.envs._common import EpisodeClock, check_choice, check_int
-from cairn.envs._jvm import acquire_jvm, heap_options, release_jvm
+from cairn.envs._jvm import (
+    JvmDied,
+    acquire_jvm,
+    claim_dead_jvm,
+    heap_options,
+    jvm_exit_code,
+    release_jvm,
+)
 from cairn.envs.base import StepResult, TextEnv
 
 __all__ = ["SIMPLIFICATIONS", "SPLITS", "TASKS", "ScienceWorld", "resolve_task"]
@@ -82,6 +99,43 @@ _FIRST_ACTION = "look around"  # the package's own reset ends with this move
 # same-named objects are listed (and numbered in disambiguation questions) the same way
 # after every load; with the JVM's default random hashes "0" can pick a different cup.
 _DETERMINISTIC_JAVA_OPTS = ("-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2")
+#: Seconds a JVM whose connection broke gets to exit before it is killed (a SIGKILL can
+#: break the socket before the process is gone).
+EXIT_WAIT_S = 5.0
+
+
+def _on_live_jvm(replay: bool) -> Callable:
+    """Run the decorated method on a live JVM (module notes: a dead JVM costs one episode).
+
+    A JVM found dead before the call, or that dies during it, is claimed (this env raises
+    ``JvmDied``) or left for a fresh one, the episode replayed there when ``replay``, and
+    the call made again. A JVM that stops answering but still runs is killed first: no env
+    can trust it any more.
+    """
+
+    def wrap(method: Callable) -> Callable:
+        name = method.__name__.lstrip("_")
+
+        @functools.wraps(method)
+        def call(self: ScienceWorld, *args: Any, **kwargs: Any) -> Any:
+            self._leave_dead_jvm(name, replay, "before")
+            clock = self._clock.state()
+            try:
+                return method(self, *args, **kwargs)
+            except Py4JNetworkError:
+                if self._gateway is None:
+                    raise
+                process = self._gateway.java_process
+                if jvm_exit_code(self._gateway, wait_s=EXIT_WAIT_S) is None:
+                    process.kill()
+                    process.wait()
+            self._clock.set_state(clock)  # the failed call's step never happened
+            self._leave_dead_jvm(name, replay, "during")
+            return method(self, *args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 def resolve_task(task: str | int) -> str:
@@ -188,6 +242,7 @@ class ScienceWorld(TextEnv):
         self._admissible: list[str] | None = None
 
     # -- episode -------------------------------------------------------------------------
+    @_on_live_jvm(replay=False)
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = self._seed = random.randrange(2**31)
@@ -202,11 +257,11 @@ class ScienceWorld(TextEnv):
         self._anchor, self._admissible = obs, None
         return obs, self._info(valid=True)
 
+    @_on_live_jvm(replay=True)
     def _step(self, action: str) -> StepResult:
         truncated = self._clock.tick()
         server = self._server()
-        # Py4J sends UTF-8: a lone surrogate would raise there, so it becomes '?' (invalid)
-        obs = server.step(action.strip().encode("utf-8", "replace").decode("utf-8"))
+        obs = self._send(action)
         valid = not obs.startswith(_INVALID_PREFIXES)
         points = self._read_points()
         reward = float(points - self._points) * (1.0 if self.raw_score else 0.01)
@@ -229,6 +284,7 @@ class ScienceWorld(TextEnv):
         }
 
     # -- extra queries ---------------------------------------------------------------------
+    @_on_live_jvm(replay=True)
     def admissible_actions(self) -> list[str]:
         """The valid action strings in the current state, sorted (about 0.1 s; cached)."""
         if self._admissible is None:
@@ -236,6 +292,7 @@ class ScienceWorld(TextEnv):
             self._admissible = sorted(set(self._server().getValidActionObjectCombinations()))
         return list(self._admissible)
 
+    @_on_live_jvm(replay=True)
     def gold_actions(self) -> list[str]:
         """The simulator's gold action sequence from this episode's initial state.
 
@@ -248,11 +305,10 @@ class ScienceWorld(TextEnv):
         if key not in self._gold:
             self._load(self.variation, gold=True)
             self._gold[key] = tuple(self._server().getGoldActionSequence())
-            self._load(self.variation, gold=False)
-            for action in self._actions:
-                self._server().step(action.strip())
+            self._replay()
         return list(self._gold[key])
 
+    @_on_live_jvm(replay=True)
     def task_variations(self) -> tuple[int, ...]:
         """The variation indices that ``reset`` draws from (``variations`` or ``split``)."""
         return self._variation_pool()
@@ -266,6 +322,37 @@ class ScienceWorld(TextEnv):
             self._stop = weakref.finalize(self, release_jvm, self._gateway, self.share_jvm)
             self._entry = self._gateway.jvm.scienceworld.runtime.pythonapi.PythonInterface()
         return self._entry
+
+    def _send(self, action: str) -> str:
+        """One move; Py4J sends UTF-8, so a lone surrogate becomes '?' (then invalid)."""
+        return self._server().step(action.strip().encode("utf-8", "replace").decode("utf-8"))
+
+    def _replay(self) -> None:
+        """Rebuild this episode's state: load its variation, then repeat its actions."""
+        assert self.variation is not None
+        self._load(self.variation, gold=False)
+        for action in self._actions:
+            self._send(action)
+        self._admissible = None
+
+    def _leave_dead_jvm(self, call: str, replay: bool, when: str) -> None:
+        """If this env's JVM has exited: raise ``JvmDied`` as the first env to find it (or
+        when a replay would not be exact), else move to a fresh JVM and replay the episode."""
+        gateway = self._gateway
+        code = None if gateway is None else jvm_exit_code(gateway)
+        if code is None:
+            return
+        if claim_dead_jvm(gateway) or (replay and self._clock.started and not self.deterministic):
+            pid = gateway.java_process.pid
+            self._drop_jvm()  # the next reset starts a fresh JVM
+            self._clock.started = False
+            raise JvmDied(
+                f"scienceworld: its JVM (pid {pid}) exited with code {code} {when} {call}(); "
+                "this episode is lost, the next reset starts a new JVM"
+            )
+        self._drop_jvm()
+        if replay and self._clock.started:
+            self._replay()
 
     def _load(self, variation: int, gold: bool) -> str:
         error = self._server().load(self.task, variation, self.simplifications, gold)
@@ -303,10 +390,14 @@ class ScienceWorld(TextEnv):
     def close(self) -> None:
         """Release the JVM: stopped once no env uses it (waits for it to exit; kills it
         after 5 s). Safe to call twice."""
-        if self._entry is not None:  # a shared JVM drops this env's simulator
-            with contextlib.suppress(Exception):
+        self._drop_jvm()
+        self._clock.started = False
+
+    def _drop_jvm(self) -> None:
+        """Let go of this env's JVM (its simulator first, where the JVM still runs)."""
+        if self._entry is not None and jvm_exit_code(self._gateway) is None:
+            with contextlib.suppress(Exception):  # a shared JVM drops this env's simulator
                 self._gateway.detach(self._entry)
         if self._stop is not None:
             self._stop()
         self._gateway, self._entry, self._stop = None, None, None
-        self._clock.started = False

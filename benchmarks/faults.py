@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import importlib.util
 import io
 import json
@@ -285,19 +286,29 @@ class FlakyEnv(TextEnv):
                 FlakyEnv.pid, FlakyEnv.resets = os.getpid(), os.getpid() % self.every  # stagger
             FlakyEnv.resets += 1
             n = FlakyEnv.resets
-            if n % self.every == 0 and not self._recent_fault():
+            if n % self.every == 0:
                 self.fail = self.modes[(n // self.every + os.getpid()) % len(self.modes)]
         return self.inner.reset(seed=seed)
 
-    def _recent_fault(self) -> bool:
-        """A fault (of any process) less than ``gap_s`` ago: faults of different workers
-        then land in different iterations instead of taking all of one."""
-        with contextlib.suppress(OSError):
-            return time.time() - os.path.getmtime(self.log) < self.gap_s
-        return False
+    def _claim_fault(self) -> bool:
+        """Whether this env may fail now: no fault (of any process) was claimed in the last
+        ``gap_s`` seconds, so faults of different workers land in different iterations
+        instead of taking all of one. Claimed at the step that fails, under a file lock (the
+        workers step together), not at reset: a reset may never step (the trainer's probe)."""
+        with open(self.log + ".claim", "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+            f.seek(0)
+            last = float(f.read() or "-inf")
+            if time.time() - last < self.gap_s:
+                return False
+            f.seek(0), f.truncate()
+            f.write(repr(time.time()))
+            return True
 
     def _step(self, action: str) -> Any:
         mode, self.fail = self.fail, ""
+        if mode and not self._claim_fault():
+            mode = ""
         if mode:
             with open(self.log, "a") as f:
                 f.write(mode + "\n")
@@ -347,8 +358,8 @@ ENV_CASES: dict[str, list[str]] = {
         "rollout.group_size=4",
     ],
 }
-SCIENCEWORLD = [  # envs of a process share one JVM, so a JVM kill costs all of them:
-    # 2 workers, one JVM each, so a kill costs half an iteration, not all of it
+SCIENCEWORLD = [  # 2 workers, each with one JVM shared by its 2 envs; a kill costs one
+    # episode (the first env to find the JVM dead), the other env replays on a new JVM
     "env.options={inner: scienceworld, options: {task: melt}, modes: [jvm], every: 2, gap_s: 120}",
     "rollout.env_timeout_s=60",
     "rollout.workers=2",

@@ -19,15 +19,16 @@ import pytest
 
 pytest.importorskip("scienceworld", reason="scienceworld env needs the 'scienceworld' extra")
 
-from py4j.protocol import Py4JNetworkError
+from py4j.protocol import Py4JError, Py4JNetworkError
 
 from cairn.envs import _jvm, scienceworld
 from cairn.envs._jvm import JvmDied, live_shared_jvms
 from cairn.envs.scienceworld import ScienceWorld
 from cairn.rollout.envpool import EnvFault, EnvPool, WorkerPool, reset_all, step_all
 
-CRASH = "crash the jvm"  # a move after which the fake JVM is SIGKILLed mid-call
+CRASH = "crash the jvm"  # a move during which the fake JVM is SIGKILLed
 HANG_UP = "hang up"  # a move whose connection breaks while the fake JVM runs on
+NO_METHOD = "no such method"  # a py4j error of a live JVM and a working connection
 
 
 class FakeSimulator:
@@ -46,12 +47,14 @@ class FakeSimulator:
         return ""
 
     def step(self, action: str) -> str:
-        if action == CRASH:  # a real JVM's socket fails once the process is gone
+        if action == CRASH:  # py4j's error when the JVM dies in the middle of its answer
             os.kill(self.process.pid, signal.SIGKILL)
-            os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
+            raise Py4JError("An error occurred while calling o0.step")
         self._live()
         if action == HANG_UP:
             raise Py4JNetworkError("Error while receiving")
+        if action == NO_METHOD:
+            raise Py4JError("Method step([class java.lang.Integer]) does not exist")
         self.moves.append(action)
         return f"variation {self.variation}: " + " | ".join(self.moves)
 
@@ -155,6 +158,17 @@ def test_a_live_jvm_that_broke_its_connection_is_killed_and_costs_one_episode(
         a.step(HANG_UP)
     assert process.poll() == -9  # no env can trust it: killed
     assert b.step("z")[0] == seen(1, "y", "z")
+    a.close(), b.close()
+
+
+def test_a_py4j_error_of_a_live_jvm_is_the_envs_own_and_kills_nothing(fake_jvm, monkeypatch):
+    monkeypatch.setattr(scienceworld, "EXIT_WAIT_S", 0.2)
+    a, b = ScienceWorld(**OPTS), ScienceWorld(**OPTS)
+    _episode(a, 0, ["x"]), _episode(b, 1, ["y"])
+    with pytest.raises(Py4JError, match="does not exist"):
+        a.step(NO_METHOD)
+    assert a._gateway.java_process.poll() is None and a._gateway is b._gateway
+    assert a.step("z")[0] == seen(0, "x", "z")
     a.close(), b.close()
 
 

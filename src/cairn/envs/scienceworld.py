@@ -63,7 +63,7 @@ from numbers import Integral
 from typing import Any
 
 from py4j.java_gateway import JavaGateway
-from py4j.protocol import Py4JNetworkError
+from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
 from scienceworld.utils import infer_task
 
@@ -122,13 +122,16 @@ def _on_live_jvm(replay: bool) -> Callable:
             clock = self._clock.state()
             try:
                 return method(self, *args, **kwargs)
-            except Py4JNetworkError:
-                if self._gateway is None:
+            except Py4JJavaError:  # the simulator's own exception: the JVM is fine
+                raise
+            except Py4JError as err:  # a lost connection: a Py4JNetworkError, or a Py4JError
+                if self._gateway is None:  # when it broke in the middle of an answer
                     raise
-                process = self._gateway.java_process
                 if jvm_exit_code(self._gateway, wait_s=EXIT_WAIT_S) is None:
-                    process.kill()
-                    process.wait()
+                    if not isinstance(err, Py4JNetworkError):
+                        raise  # a live JVM and a working connection: not a JVM fault
+                    self._gateway.java_process.kill()
+                    self._gateway.java_process.wait()
             self._clock.set_state(clock)  # the failed call's step never happened
             self._leave_dead_jvm(name, replay, "during")
             return method(self, *args, **kwargs)

@@ -16,7 +16,7 @@ import torch
 from rollout_helpers import DEMO, FaultyEnv
 
 from cairn.agent import PromptBuilder
-from cairn.envs import make, register
+from cairn.envs import TextEnv, make, register
 from cairn.rollout import (
     EnvPool,
     GroupStrategy,
@@ -27,10 +27,14 @@ from cairn.rollout import (
 )
 from cairn.rollout.envpool import (
     EnvFactory,
+    EnvFault,
     EnvFaultRateError,
+    EnvTimeout,
     FaultStats,
     TimedEnv,
     ray_available,
+    reset_all,
+    step_all,
 )
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
@@ -138,6 +142,39 @@ def test_a_hung_worker_times_out_and_is_replaced(demo_policy, tmp_path):
         counts = pool.faults.end_iteration()
         assert (counts["rollout/env_timeouts"], counts["rollout/env_errors"]) == (1, 4)
         assert counts["rollout/worker_restarts"] == 1
+    finally:
+        pool.close()
+
+
+class _SlowStep(TextEnv):
+    """Compact sokoban whose steps take ``delays[seed]`` seconds."""
+
+    def __init__(self, delays: dict[int, float]):
+        super().__init__()
+        self.inner, self.delays, self.delay = make("sokoban", **DEMO), delays, 0.0
+
+    def _reset(self, seed, options):
+        self.delay = self.delays.get(seed, 0.0)
+        return self.inner.reset(seed=seed)
+
+    def _step(self, action):
+        time.sleep(self.delay)
+        return self.inner.step(action)
+
+
+def test_a_worker_call_is_timed_from_when_the_worker_began_it():
+    # Worker 0's step takes 2 s, worker 1's 4.5 s, both started together; the timeout is
+    # 3 s. Worker 1 has run past it by the time worker 0 answers: it times out (before,
+    # its clock started only when the caller got to it, at 2 s, and the hang went unseen).
+    pool = WorkerPool(partial(_SlowStep, {0: 2.0, 1: 4.5}), 2, "process", timeout_s=3.0)
+    try:
+        envs = pool.take(2)
+        reset_all(envs, [0, 1])
+        start = time.perf_counter()
+        results = step_all(envs, ["up", "up"])
+        assert not isinstance(results[0], EnvFault)
+        assert isinstance(results[1], EnvTimeout) and time.perf_counter() - start < 4.0
+        assert (pool.faults.timeouts, pool.faults.errors) == (1, 0)
     finally:
         pool.close()
 

@@ -26,8 +26,9 @@ A timeout needs the call to run where it can be abandoned: with ``timeout_s`` se
 in-process env runs its calls on a thread of its own (``TimedEnv``; calls still happen one
 at a time, in the order of the plain path, so episodes are identical); a worker waits for
 an answer at most ``timeout_s`` and is killed and replaced after that. A worker answers
-its envs in order, so the wait for one answer starts when the previous one arrived; the
-first call of an env also builds it (a JVM start): ``timeout_s`` must cover that. Without a timeout
+its envs in order, so a call is timed from when the worker began it (the previous answer's
+arrival; the parent watches every busy worker while it waits for any one); the first call
+of an env also builds it (a JVM start): ``timeout_s`` must cover that. Without a timeout
 the in-process path calls the env directly, as before: the only cost is a ``try``.
 """
 
@@ -35,9 +36,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -63,6 +67,7 @@ __all__ = [
     "ray_available",
     "reset_all",
     "restore_guarded",
+    "snapshot_guarded",
     "step_all",
 ]
 
@@ -371,7 +376,11 @@ class _RayHandle:
 
 
 class _Pipe:
-    """One worker process; answers come back in request order (FIFO of pending handles)."""
+    """One worker process; answers come back in request order (FIFO of pending handles).
+
+    ``since``: when the worker began the call it is answering now (when the request reached
+    an idle worker, or when the previous answer arrived): ``timeout_s`` counts from there.
+    """
 
     def __init__(
         self, factory: Callable[[], TextEnv], ctx: Any, timeout_s: float | None, generation: int
@@ -382,29 +391,34 @@ class _Pipe:
         child.close()
         self.timeout_s, self.generation, self.dead = timeout_s, generation, False
         self.pending: deque[_PipeHandle] = deque()
+        self.since = time.monotonic()
 
-    def submit(self, msg: tuple) -> Any:
+    def submit(self, msg: tuple, backend: _ProcessBackend) -> Any:
         try:
             self.conn.send(msg)
         except (OSError, EOFError):
             return _Failed(EnvLost("env worker process died"))
-        handle = _PipeHandle(self)
+        if not self.pending:
+            self.since = time.monotonic()
+        handle = _PipeHandle(self, backend)
         self.pending.append(handle)
         return handle
 
-    def drain_until(self, handle: _PipeHandle, timeout_s: float | None) -> None:
-        while not handle.done:
-            first = self.pending[0]
-            try:
-                if timeout_s is not None and not self.conn.poll(timeout_s):
-                    self.fail(EnvTimeout(f"no answer within env_timeout_s={timeout_s:g}"))
-                    return
-                first.ok, first.value = self.conn.recv()
-            except (OSError, EOFError):
-                self.fail(EnvLost("env worker process died"))
-                return
-            self.pending.popleft()
-            first.done = True
+    def deadline(self) -> float:
+        """When the call the worker is on now runs past ``timeout_s`` (inf: no timeout)."""
+        return math.inf if self.timeout_s is None else self.since + self.timeout_s
+
+    def receive(self) -> None:
+        """Take the next answer (it is there), or fail the worker if it died."""
+        first = self.pending[0]
+        try:
+            first.ok, first.value = self.conn.recv()
+        except (OSError, EOFError):
+            self.fail(EnvLost("env worker process died"))
+            return
+        self.pending.popleft()
+        first.done = True
+        self.since = time.monotonic()
 
     def fail(self, fault: EnvFault) -> None:
         """The worker is gone (or given up on): kill it; the first waiting call gets
@@ -418,11 +432,11 @@ class _Pipe:
 
 
 class _PipeHandle:
-    def __init__(self, pipe: _Pipe):
-        self.pipe, self.done, self.ok, self.value = pipe, False, True, None
+    def __init__(self, pipe: _Pipe, backend: _ProcessBackend):
+        self.pipe, self.backend, self.done, self.ok, self.value = pipe, backend, False, True, None
 
     def result(self) -> Any:
-        self.pipe.drain_until(self, self.pipe.timeout_s)
+        self.backend.wait(self)
         if not self.ok:
             raise self.value
         return self.value
@@ -459,7 +473,28 @@ class _ProcessBackend:
         return pipe
 
     def submit(self, worker: int, slot: int, method: str, args: tuple, kwargs: dict):
-        return self._live(worker).submit((slot, method, args, kwargs))
+        return self._live(worker).submit((slot, method, args, kwargs), self)
+
+    def wait(self, handle: _PipeHandle) -> None:
+        """Receive answers from every busy worker until ``handle``'s has come: all workers
+        are watched at once, so each call is timed from when its worker began it, not from
+        when the caller got round to waiting for it."""
+        while not handle.done:
+            busy = [p for p in self.pipes if p.pending]
+            now = time.monotonic()
+            for p in busy:
+                if now >= p.deadline():
+                    p.fail(EnvTimeout(f"no answer within env_timeout_s={p.timeout_s:g}"))
+            busy = [p for p in busy if p.pending]
+            if handle.done or not busy:
+                return
+            wait_s = min(p.deadline() for p in busy) - now
+            ready = mp_connection.wait(
+                [p.conn for p in busy], timeout=None if math.isinf(wait_s) else max(0.0, wait_s)
+            )
+            for p in busy:
+                if p.conn in ready:
+                    p.receive()
 
     def close(self) -> None:
         for p in self.pipes:
@@ -644,3 +679,8 @@ def make_env_pool(
 def restore_guarded(env: Any, snap: Any) -> tuple[str, dict] | EnvFault:
     """``env.restore(snap)``, or the ``EnvFault`` it ended in (the pool rebuilds the env)."""
     return _guarded(env, "restore", snap).result()
+
+
+def snapshot_guarded(env: Any) -> Any:
+    """``env.snapshot()``, or the ``EnvFault`` it ended in (the pool rebuilds the env)."""
+    return _guarded(env, "snapshot").result()

@@ -115,9 +115,10 @@ class FaultyEnv(TextEnv):
 
     Resets are numbered per process (``FaultyEnv.resets``, reset it before a test); reset
     number ``n`` is bad when ``n == at_reset`` (``every`` 0) or ``n % every == at_reset``.
-    A bad episode fails at its reset (``mode="reset"``) or at its step ``at_step``: raises
-    (``"step"``), sleeps ``hang_s`` (``"hang"``) or SIGKILLs its own process (``"kill"``,
-    for worker processes only). ``once``: a file path; fail only while it does not exist
+    A bad episode fails at its reset (``mode="reset"``), at a ``snapshot`` once it took
+    ``at_step`` steps (``"snapshot"``) or at its step ``at_step``: raises (``"step"``),
+    sleeps ``hang_s`` (``"hang"``) or SIGKILLs its own process (``"kill"``, for worker
+    processes only). ``once``: a file path; fail only while it does not exist
     (it is created on failing), so a replaced worker does not fail again.
     """
 
@@ -160,6 +161,11 @@ class FaultyEnv(TextEnv):
         if self.bad and self.mode == "reset":
             raise RuntimeError("injected reset failure")
         return self.inner.reset(seed=seed)
+
+    def snapshot(self) -> Any:
+        if self.bad and self.mode == "snapshot" and self.steps >= self.at_step:
+            raise RuntimeError("injected snapshot failure")
+        return super().snapshot()
 
     def _step(self, action: str) -> StepResult:
         self.steps += 1

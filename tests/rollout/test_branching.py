@@ -93,6 +93,14 @@ def test_clone_prefix_copies_steps_and_keeps_the_parent_intact():
         clone_prefix(parent, 5)
 
 
+def test_a_branch_of_a_path_an_env_fault_ended_later_does_not_inherit_the_fault():
+    parent = _episode(4)
+    parent.meta.update({"fault": "error", "fault_error": "RuntimeError: boom"})  # at step 4
+    child = clone_prefix(parent, 2)  # a fill branch from a state recorded before the fault
+    assert "fault" not in child.meta and "fault_error" not in child.meta
+    assert parent.meta["fault"] == "error"
+
+
 # -- tree labels ---------------------------------------------------------------------------------
 
 

@@ -296,6 +296,7 @@ def test_strategy_guided_sampling_drops_a_faulted_episode(demo_policy):
     assert pool.faults.errors == 1
 
 
+@pytest.mark.parametrize("mode", ["step", "snapshot"])
 @pytest.mark.parametrize(
     ("name", "options"),
     [
@@ -305,8 +306,8 @@ def test_strategy_guided_sampling_drops_a_faulted_episode(demo_policy):
         ("error_search", {"budget": 6}),
     ],
 )
-def test_branching_strategies_finish_and_drop_faulted_paths(demo_policy, name, options):
-    pool = EnvPool(partial(FaultyEnv, "step", every=5, at_reset=2))
+def test_branching_strategies_finish_and_drop_faulted_paths(demo_policy, name, options, mode):
+    pool = EnvPool(partial(FaultyEnv, mode, every=5, at_reset=2))
     ctx = RolloutContext(
         demo_policy, pool, PromptBuilder(), SETTINGS, torch.Generator().manual_seed(0)
     )

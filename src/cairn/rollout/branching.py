@@ -19,10 +19,12 @@ by ``0`` and the j-th new branch at that point gets ``j`` (1, 2, ...). Branch po
 created in any order (ELPO's binary search probes late steps before early ones): labels
 are assigned once, after sampling. ``Episode.path`` is the path of its final step.
 
-Env faults (``cairn.rollout.loop``): a path whose env fails in ``reset``, ``restore`` or a
-step ends there and gives its env up (the pool rebuilds it, it never returns to the free
-list); ``Forest.episodes`` leaves it out by ``drop_faulted``'s rule. Its branches made
-before the fault are complete episodes of their own and stay.
+Env faults (``cairn.rollout.loop``): a path whose env fails in ``reset``, ``snapshot``,
+``restore`` or a step ends there and gives its env up (the pool rebuilds it, it never
+returns to the free list); ``Forest.episodes`` leaves it out by ``drop_faulted``'s rule.
+Its branches made before the fault are complete episodes of their own and stay (a branch
+does not inherit a fault that came after its prefix); a branch whose parent's ``snapshot``
+failed ends with the parent's fault before its first turn.
 """
 
 from __future__ import annotations
@@ -38,7 +40,13 @@ from typing import Any
 from cairn.data.episode import Episode
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation
-from cairn.rollout.envpool import EnvFault, EnvPool, reset_all, restore_guarded
+from cairn.rollout.envpool import (
+    EnvFault,
+    EnvPool,
+    reset_all,
+    restore_guarded,
+    snapshot_guarded,
+)
 from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, turn_events_before
 
 __all__ = [
@@ -68,7 +76,11 @@ def clone_prefix(episode: Episode, t: int) -> Episode:
     """
     if not 0 <= t <= len(episode.steps):
         raise ValueError(f"branch point t={t} outside 0..{len(episode.steps)} (episode length)")
-    meta = {k: v[:t] if k == "entropy" else v for k, v in episode.meta.items()}
+    meta = {
+        k: v[:t] if k == "entropy" else v
+        for k, v in episode.meta.items()
+        if k not in ("fault", "fault_error")  # a fault after the prefix is not the branch's
+    }
     meta.update(turn_events_before(episode.meta, t))  # free-text events of the prefix only
     steps = [copy.copy(s) for s in episode.steps[:t]]
     for s in steps:
@@ -203,13 +215,16 @@ class Forest:
         if t in parent.snaps:
             snap = parent.snaps[t]
         elif t == parent.t and parent.env is not None:
-            snap = parent.env.snapshot()
+            snap = self.snapshot(parent)
         elif t == parent.t:
             raise ValueError(f"cannot branch after step {t - 1}: the episode ended there")
         else:
             raise ValueError(f"no env state recorded before step {t}; use Forest(record=True)")
-        env = self.slots.acquire(seed=parent.episode.task)
-        state = restore_guarded(env, snap)
+        if isinstance(snap, EnvFault):  # the parent's env failed: no state to start from
+            env, state = None, snap
+        else:
+            env = self.slots.acquire(seed=parent.episode.task)
+            state = restore_guarded(env, snap)
         k = 1 + sum(c.t0 == t for c in parent.children)
         keep = self.record if record is None else record
         child = Path(clone_prefix(parent.episode, t), env, ("", {}), parent, t, k, record=keep)
@@ -221,6 +236,25 @@ class Forest:
         parent.children.append(child)
         self.paths.append(child)
         return child
+
+    def snapshot(self, path: Path) -> Any:
+        """``path.env.snapshot()``; where the env fails, the ``EnvFault``, and the path ends
+        there (its env given up, as after a failed step)."""
+        snap = snapshot_guarded(path.env)
+        if isinstance(snap, EnvFault):
+            _fail(path, snap)
+        return snap
+
+    def record_snapshots(self, paths: Sequence[Path]) -> list[Path]:
+        """``paths[i].snaps[t]`` = the state before its next step (where not yet recorded);
+        returns the paths still live (a failed snapshot ended its path)."""
+        for p in paths:
+            if p.t in p.snaps:
+                continue
+            snap = self.snapshot(p)
+            if not isinstance(snap, EnvFault):
+                p.snaps[p.t] = snap
+        return [p for p in paths if not p.done]
 
     # -- sampling ------------------------------------------------------------------------------
     def play(self, paths: Sequence[Path], turns: int | None = None) -> None:
@@ -234,9 +268,10 @@ class Forest:
 
     def _turn(self, live: list[Path]) -> None:
         ctx = self.ctx
-        for p in live:
-            if p.record:
-                p.snaps[p.t] = p.env.snapshot()
+        self.record_snapshots([p for p in live if p.record])
+        live = [p for p in live if not p.done]
+        if not live:
+            return
         recorder = _Recorder(ctx.policy)
         states = [p.state for p in live]
         episodes = [p.episode for p in live]

@@ -104,9 +104,8 @@ class TreeStrategy:
         live = [p for paths in groups for p in paths]
         depth = 0
         while live:
+            live = forest.record_snapshots(live)  # segment boundaries: fill branches start there
             starts = {id(p): _anchor(p) for p in live}
-            for p in live:  # segment boundaries, where fill branches may start
-                p.snaps[p.t] = p.env.snapshot()
             forest.play(live, self.segment_turns)
             depth += 1
             looped = {id(p) for p in live if not p.done and _anchor(p) == starts[id(p)]}
@@ -148,6 +147,7 @@ class TreeStrategy:
         free = n - len(paths)
         if not able or free <= 0:
             return []
+        able = forest.record_snapshots(able)  # the split point (a failed one ends its path)
         order = [able[i] for i in torch.randperm(len(able), generator=generator).tolist()]
         counts = [0] * len(order)
         while free > 0 and any(c < self.width - 1 for c in counts):

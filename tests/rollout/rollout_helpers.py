@@ -146,6 +146,10 @@ class FaultyEnv(TextEnv):
     def vocabulary(self) -> list[str]:
         return self.inner.vocabulary()
 
+    def solve(self) -> list[str] | None:
+        """The inner sokoban's plan (LUFFY's solver demonstrations)."""
+        return self.inner.solve()
+
     def _fails(self) -> bool:
         n = FaultyEnv.resets
         FaultyEnv.resets += 1

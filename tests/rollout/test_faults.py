@@ -16,6 +16,7 @@ import torch
 from rollout_helpers import DEMO, FaultyEnv
 
 from cairn.agent import PromptBuilder
+from cairn.data.episode import Episode
 from cairn.envs import TextEnv, make, register
 from cairn.rollout import (
     EnvPool,
@@ -24,6 +25,7 @@ from cairn.rollout import (
     RolloutSettings,
     WorkerPool,
     make_strategy,
+    tasks_for_groups,
 )
 from cairn.rollout.envpool import (
     EnvFactory,
@@ -31,6 +33,7 @@ from cairn.rollout.envpool import (
     EnvFaultRateError,
     EnvTimeout,
     FaultStats,
+    GuardedEnv,
     TimedEnv,
     ray_available,
     reset_all,
@@ -316,6 +319,55 @@ def test_branching_strategies_finish_and_drop_faulted_paths(demo_policy, name, o
     assert not any("fault" in e.meta for e in episodes)
     assert all(len(ids) >= 2 for ids in _groups(episodes).values())
     assert pool.faults.lost <= pool.faults.errors  # probes that faulted are not episodes
+
+
+# -- env calls outside the turn loop ----------------------------------------------------------
+def _episodes(group_size: int) -> list[Episode]:
+    tasks = tasks_for_groups(SEEDS, group_size)
+    return [Episode(id=i, group=g, task=seed) for i, (g, seed) in enumerate(tasks)]
+
+
+def test_an_empo2_instruction_reset_that_fails_costs_that_tasks_tips_only():
+    from cairn.exploration import _instructions
+
+    pool = EnvPool(partial(FaultyEnv, "reset", at_reset=1))  # the reset to task 11
+    instructions = _instructions(_episodes(2), pool)
+    assert sorted(instructions) == [0, 1, 4, 5]  # episodes 2 and 3 (task 11) write no tips
+    assert (pool.faults.errors, pool.faults.restarts) == (1, 1)
+
+
+def test_a_luffy_demonstration_whose_env_fails_is_skipped_and_counted(demo_policy):
+    from cairn.exploration.demos import SolverDemos, mix_demos
+
+    # Each demonstration resets twice (its source, then its replay): reset 3 is group 1's
+    # replay, which raises at its first step.
+    pool = EnvPool(partial(FaultyEnv, "step", at_reset=3))
+    guarded = lambda: GuardedEnv(pool.take(1)[0], "faulty")  # noqa: E731
+    settings = RolloutSettings(restrict_to_admissible=True)
+    kw = {"policy": demo_policy, "prompt": PromptBuilder(), "settings": settings}
+    demos = mix_demos(_episodes(2), SolverDemos(), 1, env=guarded(), on_fault=guarded, **kw)
+    assert [d.group for d in demos] == [0, 2] and all(d.success for d in demos)
+    assert (pool.faults.errors, pool.faults.restarts) == (1, 1)
+    FaultyEnv.resets = 0  # without on_fault: one line naming the env and the call
+    with pytest.raises(EnvFault, match=r"^env .faulty. failed in step\(\): RuntimeError: inj"):
+        mix_demos(_episodes(2), SolverDemos(), 1, env=guarded(), **kw)
+
+
+def test_a_probe_env_that_fails_at_setup_is_one_line_naming_env_and_call(tmp_path, capsys):
+    from cairn.cli import main
+
+    register("faulty_sokoban", "rollout_helpers:FaultyEnv")
+    args = [
+        "env.name=faulty_sokoban", "env.options={mode: reset, at_reset: 0}",
+        "train.iterations=1", "train.threads=1", "log.progress=false", f"out_dir={tmp_path}",
+    ]  # fmt: skip
+    code = main(["train", *[x for a in args for x in ("--set", a)]])
+    message = " ".join(capsys.readouterr().out.split())  # wrapped by the console
+    assert code == 2 and "Traceback" not in message
+    assert message.startswith(
+        "error: the run could not start: env 'faulty_sokoban' failed in reset(): "
+        "RuntimeError: injected reset failure"
+    )
 
 
 def test_the_cli_reports_a_fault_rate_stop_in_one_line(tmp_path, capsys):

@@ -18,6 +18,10 @@ One ``collect`` of the wrapped strategy, top to bottom:
     mark (EMPO2)         memory-guided episodes: source 2, tips shown, tip-free train prompts
     mix (LUFFY)          n_off demonstrations per group, source 1
 
+Env faults outside the rollout cost what they touch, counted with the rollout's faults: a
+failed instruction reset (EMPO2) the tips of that task's episodes, a failed demonstration
+env call (LUFFY) that demonstration (its env rebuilt).
+
 With nothing enabled the wrapper is the inner strategy itself (``wrap`` returns it).
 """
 
@@ -33,6 +37,7 @@ import numpy as np
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
 from cairn.envs import TextEnv
+from cairn.rollout.envpool import EnvFault, EnvPool, GuardedEnv, reset_all
 
 __all__ = ["Exploration"]
 
@@ -59,7 +64,7 @@ class Exploration:
         self.demos = self._build_demos() if cfg.demos.enabled else None
         self.sampler = self._build_sampler()
         self.curriculum = self._build_curriculum() if cfg.variants.enabled else None
-        self._demo_env: TextEnv | None = None
+        self._demo_envs: EnvPool | None = None
         self._instructions: dict[int, str] = {}  # episode id -> task instruction (partition)
         self.last: dict[str, float] = {}
 
@@ -155,8 +160,8 @@ class Exploration:
     def close(self) -> None:
         if self.memory is not None:
             self.memory.store.close()
-        if self._demo_env is not None:
-            self._demo_env.close()
+        if self._demo_envs is not None:
+            self._demo_envs.close()
 
     # -- one collect -------------------------------------------------------------------------------
     def collect(self, inner: Any, ctx: Any, seeds: Sequence[int], group_size: int):
@@ -196,13 +201,18 @@ class Exploration:
     def _demonstrations(self, ctx: Any, episodes: list[Episode]) -> list[Episode]:
         from cairn.exploration.demos import mix_demos
 
-        if self._demo_env is None:
-            self._demo_env = self.env_factory()
-        env = ctx.envs.take(1)[0] if self.curriculum is not None else self._demo_env
+        if self._demo_envs is None:
+            self._demo_envs = EnvPool(self.env_factory)
+        stats = getattr(ctx.envs, "faults", None)
+        if stats is not None:  # demonstration faults count with the rollout's
+            self._demo_envs.faults = stats
+        pool = ctx.envs if self.curriculum is not None else self._demo_envs
+        name = getattr(self.env_factory, "name", "")  # an EnvFactory's env name
         demos = mix_demos(
-            episodes, self.demos, self.cfg.demos.n_off, env=env, policy=self.policy,
-            prompt=self.prompt, settings=ctx.settings,
+            episodes, self.demos, self.cfg.demos.n_off, env=GuardedEnv(pool.take(1)[0], name),
+            policy=self.policy, prompt=self.prompt, settings=ctx.settings,
             only_successful=self.cfg.demos.only_successful,
+            on_fault=lambda: GuardedEnv(pool.take(1)[0], name),
         )  # fmt: skip
         groups = len({e.group for e in episodes})
         self.last["demos/per_group"] = len(demos) / max(1, groups)
@@ -222,12 +232,14 @@ class _Wrapped:
 def _instructions(episodes: Sequence[Episode], envs: Any) -> dict[int, str]:
     """Each episode's task instruction (its memory partition), by episode id.
 
-    Envs whose instruction depends on the seed (search_qa) are reset to it again.
+    Envs whose instruction depends on the seed (search_qa) are reset to it again. A reset
+    that fails costs the tips of that task's episodes (left out here; counted by the pool,
+    which rebuilds the env), not the run.
     """
-    env = envs.take(1)[0]
-    cache: dict[int, str] = {}
+    cache: dict[int, str | None] = {}
     for e in episodes:
         if e.task not in cache:
-            env.reset(seed=e.task)
-            cache[e.task] = env.instruction
-    return {e.id: cache[e.task] for e in episodes}
+            env = envs.take(1)[0]  # after a fault: the rebuilt env
+            state = reset_all([env], [e.task])[0]
+            cache[e.task] = None if isinstance(state, EnvFault) else env.instruction
+    return {e.id: cache[e.task] for e in episodes if cache[e.task] is not None}

@@ -35,6 +35,7 @@ from cairn._registry import ImportRegistry
 from cairn.agent import ContextOverflow, PromptBuilder, Turn, fit_prompt, format_completion
 from cairn.data.episode import Episode, Source, Step
 from cairn.envs import TextEnv
+from cairn.rollout.envpool import EnvFault
 
 __all__ = [
     "SOURCES",
@@ -213,26 +214,43 @@ def mix_demos(
     prompt: PromptBuilder,
     settings: Any,
     only_successful: bool = True,
+    on_fault: Callable[[], TextEnv] | None = None,
 ) -> list[Episode]:
-    """``n_off`` demonstrations per group of ``episodes``, with fresh episode ids."""
+    """``n_off`` demonstrations per group of ``episodes``, with fresh episode ids.
+
+    ``on_fault``: where ``env`` raises an ``EnvFault`` (a ``GuardedEnv``), that
+    demonstration is skipped and ``on_fault()`` gives the env to go on with; without it
+    the fault propagates.
+    """
     tasks = {e.group: e.task for e in episodes if e.source != SOURCE_DEMO}
     next_id = max((e.id for e in episodes), default=-1) + 1
     demos: list[Episode] = []
     for group in sorted(tasks):
         for k in range(n_off):
-            env.reset(seed=tasks[group])
-            actions = source.actions(env, tasks[group], k)
-            if not actions:
+            try:
+                demo = _demo(env, source, tasks[group], k, policy, prompt, settings, next_id, group)
+            except EnvFault:
+                if on_fault is None:
+                    raise
+                env = on_fault()
                 continue
-            demo = demo_episode(
-                env, tasks[group], actions, policy=policy, prompt=prompt, settings=settings,
-                episode_id=next_id, group=group,
-            )  # fmt: skip
-            if demo.success or not only_successful:
+            if demo is not None and (demo.success or not only_successful):
                 demo.meta["demo"] = getattr(source, "name", "demo")
                 demos.append(demo)
                 next_id += 1
     return demos
+
+
+def _demo(env, source, seed, k, policy, prompt, settings, episode_id, group) -> Episode | None:
+    """Demonstration ``k`` of task ``seed`` (None: the source has none)."""
+    env.reset(seed=seed)
+    actions = source.actions(env, seed, k)
+    if not actions:
+        return None
+    return demo_episode(
+        env, seed, actions, policy=policy, prompt=prompt, settings=settings,
+        episode_id=episode_id, group=group,
+    )  # fmt: skip
 
 
 SOURCES = ImportRegistry(

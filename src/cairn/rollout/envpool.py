@@ -59,6 +59,7 @@ __all__ = [
     "EnvPool",
     "EnvTimeout",
     "FaultStats",
+    "GuardedEnv",
     "RemoteEnv",
     "TimedEnv",
     "WorkerPool",
@@ -679,6 +680,30 @@ def make_env_pool(
 def restore_guarded(env: Any, snap: Any) -> tuple[str, dict] | EnvFault:
     """``env.restore(snap)``, or the ``EnvFault`` it ended in (the pool rebuilds the env)."""
     return _guarded(env, "restore", snap).result()
+
+
+class GuardedEnv(_EnvProxy):
+    """``env`` for code outside the turn loop (demonstrations, setup): a failed ``reset``,
+    ``step``, ``snapshot`` or ``restore`` raises an ``EnvFault`` naming the env and the call
+    (counted by ``env``'s pool, which rebuilds it) instead of the env's own exception, so
+    the caller can tell an env fault from its own errors; ``vocabulary`` too. Other
+    attributes pass through."""
+
+    def __init__(self, env: Any, name: str = ""):
+        self._env, self._name = env, name or type(env).__name__
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        answer = _guarded(self._env, method, *args, **kwargs).result()
+        if isinstance(answer, EnvFault):
+            fault = type(answer)(f"env {self._name!r} failed in {method}(): {answer}")
+            raise fault from answer
+        return answer
+
+    def vocabulary(self) -> list[str]:
+        return self._call("vocabulary")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
 
 
 def snapshot_guarded(env: Any) -> Any:

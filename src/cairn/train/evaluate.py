@@ -28,6 +28,7 @@ import torch
 from cairn.agent import PromptBuilder
 from cairn.policies import HFPolicy, build_policy
 from cairn.rollout import EnvFactory, RolloutSettings, make_env_pool, rollout, tasks_for_groups
+from cairn.rollout.envpool import GuardedEnv
 from cairn.train.checkpoint import latest_checkpoint
 from cairn.train.config import Config, ConfigError, load_config
 from cairn.train.setup import prompt_builder, sampling_settings
@@ -69,7 +70,7 @@ def open_checkpoint(cfg: Config, checkpoint: Path) -> Iterator[tuple[HFPolicy, A
     r = cfg.rollout  # an env fault drops its episode, as in the trainer's own evaluation
     envs = make_env_pool(factory, r.workers, r.worker_backend, r.env_timeout_s)
     try:
-        probe = envs.take(1)[0]
+        probe = GuardedEnv(envs.take(1)[0], cfg.env.name)  # a failure names env and call
         probe.reset(seed=0)
         instruction = cfg.agent.instruction or probe.instruction
         policy = build_policy(cfg.model, probe, instruction, cfg.seed, checkpoint)

@@ -11,6 +11,7 @@ from cairn.agent import PromptBuilder
 from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
 from cairn.rollout import RolloutSettings
+from cairn.rollout.envpool import GuardedEnv
 
 __all__ = ["build_policy_engine", "new_run_dir", "sampling_settings"]
 
@@ -53,7 +54,10 @@ def build_policy_engine(
     cfg: Any, probe: Any, run_dir: Path, dist: Any, ckpt: Path | None
 ) -> tuple[Any, Any, PromptBuilder]:
     """(policy, engine, prompt builder). ``probe``: an env whose instruction and vocabulary
-    the tiny default model is built for; the weights are rank 0's on every rank."""
+    the tiny default model is built for; the weights are rank 0's on every rank. A probe
+    env that fails raises an ``EnvFault`` naming the env and the call (no rollout to drop
+    it from)."""
+    probe = GuardedEnv(probe, cfg.env.name)
     probe.reset(seed=0)
     instruction = cfg.agent.instruction or probe.instruction
     policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt)

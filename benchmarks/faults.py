@@ -350,23 +350,24 @@ ENV_CASES: dict[str, list[str]] = {
         "env.options={modes: [raise, hang], every: 5}",
         "rollout.env_timeout_s=1.0",
     ],
-    "raise + hang + worker SIGKILL, 4 worker processes (timeout 10 s)": [
-        "env.options={modes: [raise, kill, hang], every: 12, gap_s: 15, hang_s: 15}",
+    "raise + hang + worker SIGKILL, 4 worker processes (timeout 10 s, 12 iterations)": [
+        "env.options={modes: [raise, kill, hang], every: 12, gap_s: 1, hang_s: 15}",
+        "train.iterations=12",
         "rollout.env_timeout_s=10",  # a loaded machine answers a normal step in seconds
         "rollout.workers=4",
         "rollout.worker_backend=process",
         "rollout.group_size=4",
     ],
 }
-SCIENCEWORLD = [  # 2 workers, each with one JVM shared by its 2 envs; a kill costs one
-    # episode (the first env to find the JVM dead), the other env replays on a new JVM
-    "env.options={inner: scienceworld, options: {task: melt}, modes: [jvm], every: 2, gap_s: 120}",
+SCIENCEWORLD = [  # 2 workers, each with one JVM shared by its 3 envs; a kill costs one
+    # episode (the first env to find the JVM dead), the others replay on a new JVM
+    "env.options={inner: scienceworld, options: {task: melt}, modes: [jvm], every: 2, gap_s: 30}",
     "rollout.env_timeout_s=60",
     "rollout.workers=2",
     "rollout.worker_backend=process",
     "rollout.groups=2",
-    "rollout.group_size=2",
-    "train.iterations=3",
+    "rollout.group_size=3",
+    "train.iterations=6",
     "eval.episodes=1",
 ]
 
@@ -393,7 +394,12 @@ def _flaky_run(index: int, name: str, sets: list[str], work: Path) -> list[Any]:
     lost = cfg.train.iterations - len(rows) + max(0, uncounted)
     what = ", ".join(f"{k} {v}" for k, v in sorted(injected.items()))
     seen = ", ".join(f"{k} {v}" for k, v in counts.items())
-    survived = f"{len(rows)}/{cfg.train.iterations} iterations; metrics: {seen}"
+    planned = cfg.train.iterations * cfg.rollout.groups * cfg.rollout.group_size
+    trained = rows[-1]["episodes"] if rows else 0  # what faults and dropped groups left
+    survived = (
+        f"{len(rows)}/{cfg.train.iterations} iterations, {trained}/{planned} episodes trained; "
+        f"metrics: {seen}"
+    )
     return [f"{name}: {what}", sum(injected.values()), survived, lost]
 
 
@@ -401,7 +407,8 @@ def part_env(work: Path, jvm: bool) -> tuple[list[list[Any]], str]:
     sys.path.insert(0, str(Path(__file__).parent))  # workers import FlakyEnv as faults:...
     cases = dict(ENV_CASES)
     if jvm and importlib.util.find_spec("scienceworld") and shutil.which("java"):
-        cases["ScienceWorld JVM SIGKILL, 2 worker processes"] = SCIENCEWORLD
+        name = "ScienceWorld JVM SIGKILL, 2 worker processes (timeout 60 s, 2 x 3 episodes)"
+        cases[name] = SCIENCEWORLD
     rows = []
     for i, (name, sets) in enumerate(cases.items()):
         try:
@@ -410,13 +417,17 @@ def part_env(work: Path, jvm: bool) -> tuple[list[list[Any]], str]:
             rows.append([name, "?", f"FAILED: {' '.join(str(err).split())[:300]}", 1])
     body = (
         "Every 5th training episode of a process fails (every 12th per worker process, "
-        "phases and modes staggered by pid, at most one fault per 15 s across workers; on "
-        "ScienceWorld every 2nd, at most one per 120 s), cycling through the modes; a hung "
-        "or killed worker (or JVM) is replaced and costs every episode it held. "
-        "`rollout.max_env_error_rate=0.5`. Lost counts "
-        "iterations that did not train plus injected faults missing from "
-        "`env_errors` + `env_timeouts` (a fault also ends the other episodes of a replaced "
-        "worker, so the counts can exceed the injections)."
+        "phases and modes staggered by pid; on ScienceWorld every 2nd), cycling through the "
+        "modes; a fault is claimed at the step that fails, at most one per 1 s across "
+        "workers (30 s on ScienceWorld). A hung or killed worker is replaced and costs every "
+        "episode it held (one of each group: a slot's worker is its index mod 4); a killed JVM "
+        "costs one episode (the first env to find it dead), the other envs of its worker "
+        "replay theirs on a new JVM. Episodes trained: what faults and the groups they left "
+        "with fewer than 2 episodes did not take. "
+        "`rollout.max_env_error_rate=0.5`. Lost counts iterations that did not train plus "
+        "injected faults missing from `env_errors` + `env_timeouts` (a dead or hung worker "
+        "also ends the other episodes it held, counted as errors, so the counts can exceed "
+        "the injections)."
     )
     return rows, body
 
@@ -678,8 +689,6 @@ def table(rows: list[list[Any]]) -> str:
 
 def _write(label: str, title: str, body: str) -> None:
     """Write one section; parts may run as separate processes, so under a file lock."""
-    import fcntl
-
     try:
         from cairn.train.records import write_section
     except ImportError:  # before the records module lands: a plain section writer

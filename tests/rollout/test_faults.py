@@ -287,10 +287,11 @@ def test_ray_workers_survive_a_raising_env_and_a_hung_actor(demo_policy, tmp_pat
         pool.close()
 
 
-def test_strategy_guided_sampling_drops_a_faulted_episode(demo_policy):
+@pytest.mark.parametrize("mode", ["step", "reset"])
+def test_strategy_guided_sampling_drops_a_faulted_episode(demo_policy, mode):
     from cairn.exploration.strategy import StrategyGuided
 
-    pool = EnvPool(partial(FaultyEnv, "step", at_reset=4))
+    pool = EnvPool(partial(FaultyEnv, mode, at_reset=4))
     ctx = RolloutContext(
         demo_policy, pool, PromptBuilder(), SETTINGS, torch.Generator().manual_seed(0)
     )

@@ -26,7 +26,8 @@ import torch
 from cairn.agent import TAGS, tagged
 from cairn.data.episode import Episode, Step
 from cairn.data.tokens import collate_scoring
-from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, play, tasks_for_groups
+from cairn.rollout.envpool import EnvFault, reset_all
+from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, tasks_for_groups
 
 __all__ = ["GuidedEnv", "StrategyGuided"]
 
@@ -80,13 +81,17 @@ class StrategyGuided:
     def collect(self, ctx: Any, seeds: Sequence[int], group_size: int) -> list[Episode]:
         tasks = tasks_for_groups(seeds, group_size)
         envs = ctx.envs.take(len(tasks))
-        states = [env.reset(seed=seed) for env, (_, seed) in zip(envs, tasks, strict=False)]
+        resets = reset_all(envs, [seed for _, seed in tasks])  # a failed one: its EnvFault
+        states = [("", {}) if isinstance(r, EnvFault) else r for r in resets]
         instructions = [envs[i].instruction for i in range(len(tasks))]
         steps = self._strategies(ctx, instructions, states)
         episodes = [
             Episode(id=ctx.first_episode_id + i, group=g, task=seed)
             for i, (g, seed) in enumerate(tasks)
         ]
+        for e, r in zip(episodes, resets, strict=True):
+            if isinstance(r, EnvFault):
+                end_by_fault(e, r)  # never played; dropped below
         guided = []
         for e, step, env, (_, info) in zip(episodes, steps, envs, states, strict=False):
             e.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
@@ -98,7 +103,8 @@ class StrategyGuided:
                 s.t += 1
             e.steps.insert(0, step)
         for ins in dict.fromkeys(instructions):
-            self.remember(ins, [e for e, i in zip(episodes, instructions, strict=True) if i == ins])
+            mine = zip(episodes, instructions, strict=True)
+            self.remember(ins, [e for e, i in mine if i == ins and "fault" not in e.meta])
         return drop_faulted(episodes, getattr(ctx.envs, "faults", None))  # env faults: dropped
 
     def _strategies(self, ctx: Any, instructions: list[str], states: list) -> list[Step]:

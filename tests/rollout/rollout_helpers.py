@@ -181,3 +181,23 @@ class FaultyEnv(TextEnv):
             if self.mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
         return self.inner.step(action)
+
+
+class SlowStepEnv(TextEnv):
+    """Compact sokoban whose steps take ``delays[seed]`` seconds (worker timing tests)."""
+
+    def __init__(self, delays: dict[int, float]):
+        super().__init__()
+        self.inner, self.delays, self.delay = make("sokoban", **DEMO), delays, 0.0
+
+    @property
+    def instruction(self) -> str:  # type: ignore[override]
+        return self.inner.instruction
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        self.delay = self.delays.get(seed, 0.0)
+        return self.inner.reset(seed=seed)
+
+    def _step(self, action: str) -> StepResult:
+        time.sleep(self.delay)
+        return self.inner.step(action)

@@ -13,11 +13,11 @@ from functools import partial
 
 import pytest
 import torch
-from rollout_helpers import DEMO, FaultyEnv
+from rollout_helpers import DEMO, FaultyEnv, SlowStepEnv
 
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
-from cairn.envs import TextEnv, make, register
+from cairn.envs import make, register
 from cairn.rollout import (
     EnvPool,
     GroupStrategy,
@@ -149,35 +149,48 @@ def test_a_hung_worker_times_out_and_is_replaced(demo_policy, tmp_path):
         pool.close()
 
 
-class _SlowStep(TextEnv):
-    """Compact sokoban whose steps take ``delays[seed]`` seconds."""
+def _init_ray() -> None:
+    import ray
 
-    def __init__(self, delays: dict[int, float]):
-        super().__init__()
-        self.inner, self.delays, self.delay = make("sokoban", **DEMO), delays, 0.0
-
-    def _reset(self, seed, options):
-        self.delay = self.delays.get(seed, 0.0)
-        return self.inner.reset(seed=seed)
-
-    def _step(self, action):
-        time.sleep(self.delay)
-        return self.inner.step(action)
+    if not ray.is_initialized():  # the actors import rollout_helpers, as the driver does
+        path = os.pathsep.join(p for p in sys.path if p)
+        ray.init(
+            include_dashboard=False, log_to_driver=False, configure_logging=False,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )  # fmt: skip
 
 
-def test_a_worker_call_is_timed_from_when_the_worker_began_it():
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "process",
+        pytest.param(
+            "ray",
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(not ray_available(), reason="needs Ray"),
+            ],
+        ),
+    ],
+)
+def test_a_worker_call_is_timed_from_when_the_worker_began_it(backend):
     # Worker 0's step takes 2 s, worker 1's 4.5 s, both started together; the timeout is
     # 3 s. Worker 1 has run past it by the time worker 0 answers: it times out (before,
     # its clock started only when the caller got to it, at 2 s, and the hang went unseen).
-    pool = WorkerPool(partial(_SlowStep, {0: 2.0, 1: 4.5}), 2, "process", timeout_s=3.0)
+    if backend == "ray":
+        _init_ray()
+    pool = WorkerPool(partial(SlowStepEnv, {0: 2.0, 1: 4.5}), 2, backend, timeout_s=3.0)
     try:
         envs = pool.take(2)
         reset_all(envs, [0, 1])
         start = time.perf_counter()
         results = step_all(envs, ["up", "up"])
         assert not isinstance(results[0], EnvFault)
-        assert isinstance(results[1], EnvTimeout) and time.perf_counter() - start < 4.0
+        assert isinstance(results[1], EnvTimeout)
+        if backend == "process":  # Ray starts the new actor before answering: seconds more
+            assert time.perf_counter() - start < 4.0
         assert (pool.faults.timeouts, pool.faults.errors) == (1, 0)
+        assert not isinstance(step_all(envs, ["up", "up"])[0], EnvFault)  # worker 0 goes on
     finally:
         pool.close()
 
@@ -256,14 +269,7 @@ def test_an_env_registered_in_the_driver_is_known_in_a_spawned_worker():
 @pytest.mark.slow  # starts Ray and four actors: about a minute
 @pytest.mark.skipif(not ray_available(), reason="needs Ray: pip install 'cairn-rl[ray]'")
 def test_ray_workers_survive_a_raising_env_and_a_hung_actor(demo_policy, tmp_path):
-    import ray
-
-    if not ray.is_initialized():  # the actors import rollout_helpers, as the driver does
-        path = os.pathsep.join(p for p in sys.path if p)
-        ray.init(
-            include_dashboard=False, log_to_driver=False, configure_logging=False,
-            runtime_env={"env_vars": {"PYTHONPATH": path}},
-        )  # fmt: skip
+    _init_ray()
     # 2 workers: only worker 0 (slots 0, 2, 4, 6, 8) sees a 5th reset, on slot 8.
     pool = WorkerPool(partial(FaultyEnv, "step", at_reset=4), 2, backend="ray")
     try:

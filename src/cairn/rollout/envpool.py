@@ -322,6 +322,9 @@ class _Failed:
 
 
 class _RayBackend:
+    """One Ray actor per worker; like the process backend, a call is timed from when its
+    actor began it (``since``), and every busy actor is watched while any answer is awaited."""
+
     def __init__(self, factory: Callable[[], TextEnv], workers: int, timeout_s: float | None):
         import ray
 
@@ -332,6 +335,8 @@ class _RayBackend:
         self.hosts = [self.actor.remote(factory) for _ in range(workers)]
         ray.get([h.ping.remote() for h in self.hosts])  # started before any call is timed
         self.generations = [0] * workers
+        self.pending: list[deque[_RayHandle]] = [deque() for _ in range(workers)]
+        self.since = [0.0] * workers
         self.restarts = 0
 
     def generation(self, worker: int) -> int:
@@ -339,7 +344,53 @@ class _RayBackend:
 
     def submit(self, worker: int, slot: int, method: str, args: tuple, kwargs: dict):
         ref = self.hosts[worker].call.remote(slot, method, args, kwargs)
-        return _RayHandle(self, worker, self.generations[worker], ref)
+        if not self.pending[worker]:
+            self.since[worker] = time.monotonic()
+        handle = _RayHandle(self, ref)
+        self.pending[worker].append(handle)
+        return handle
+
+    def deadline(self, worker: int) -> float:
+        return math.inf if self.timeout_s is None else self.since[worker] + self.timeout_s
+
+    def wait(self, handle: _RayHandle) -> None:
+        """Take answers from every busy actor until ``handle``'s has come (a timed-out or
+        dead actor is replaced: its first waiting call fails, the others are lost)."""
+        while not handle.done:
+            now = time.monotonic()
+            for w in [w for w, q in enumerate(self.pending) if q and now >= self.deadline(w)]:
+                self._fail(w, EnvTimeout(f"no answer within env_timeout_s={self.timeout_s:g}"))
+            busy = [w for w, q in enumerate(self.pending) if q]
+            if handle.done or not busy:
+                return
+            firsts = {self.pending[w][0].ref: w for w in busy}
+            wait_s = min(self.deadline(w) for w in busy) - now
+            timeout = None if math.isinf(wait_s) else max(0.0, wait_s)
+            ready, _ = self.ray.wait(list(firsts), num_returns=1, timeout=timeout)
+            for ref in ready:
+                self._receive(firsts[ref])
+
+    def _receive(self, worker: int) -> None:
+        from ray.exceptions import RayActorError
+
+        first = self.pending[worker][0]
+        try:
+            first.value = self.ray.get(first.ref)
+        except RayActorError as err:
+            self._fail(worker, EnvLost(f"env worker (Ray actor) died: {type(err).__name__}"))
+            return
+        except Exception as err:  # the env raised: handed to the caller
+            first.ok, first.value = False, err
+        self.pending[worker].popleft()
+        first.done = True
+        self.since[worker] = time.monotonic()
+
+    def _fail(self, worker: int, fault: EnvFault) -> None:
+        handles = list(self.pending[worker])
+        self.pending[worker].clear()
+        for k, h in enumerate(handles):
+            h.ok, h.value, h.done = False, fault if k == 0 else EnvLost("env worker replaced"), True
+        self.replace(worker, self.generations[worker])
 
     def replace(self, worker: int, generation: int) -> None:
         """Kill worker's actor and start a new one (once per generation)."""
@@ -360,20 +411,14 @@ class _RayBackend:
 
 
 class _RayHandle:
-    def __init__(self, backend: _RayBackend, worker: int, generation: int, ref: Any):
-        self.backend, self.worker, self.generation, self.ref = backend, worker, generation, ref
+    def __init__(self, backend: _RayBackend, ref: Any):
+        self.backend, self.ref, self.done, self.ok, self.value = backend, ref, False, True, None
 
     def result(self) -> Any:
-        from ray.exceptions import GetTimeoutError, RayActorError
-
-        try:
-            return self.backend.ray.get(self.ref, timeout=self.backend.timeout_s)
-        except GetTimeoutError:
-            self.backend.replace(self.worker, self.generation)
-            raise EnvTimeout(f"no answer within env_timeout_s={self.backend.timeout_s:g}") from None
-        except RayActorError as err:
-            self.backend.replace(self.worker, self.generation)
-            raise EnvLost(f"env worker (Ray actor) died: {type(err).__name__}") from None
+        self.backend.wait(self)
+        if not self.ok:
+            raise self.value
+        return self.value
 
 
 class _Pipe:

@@ -446,7 +446,7 @@ class _Pipe:
             return _Failed(EnvLost("env worker process died"))
         if not self.pending:
             self.since = time.monotonic()
-        handle = _PipeHandle(self, backend)
+        handle = _PipeHandle(backend)
         self.pending.append(handle)
         return handle
 
@@ -478,8 +478,8 @@ class _Pipe:
 
 
 class _PipeHandle:
-    def __init__(self, pipe: _Pipe, backend: _ProcessBackend):
-        self.pipe, self.backend, self.done, self.ok, self.value = pipe, backend, False, True, None
+    def __init__(self, backend: _ProcessBackend):
+        self.backend, self.done, self.ok, self.value = backend, False, True, None
 
     def result(self) -> Any:
         self.backend.wait(self)

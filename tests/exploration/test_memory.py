@@ -234,7 +234,7 @@ def test_tips_reach_chat_prompts_and_off_policy_strips_them(tmp_path):
     mem = TipMemory(_store(tmp_path), TfidfEmbedder(), top_k=3)
     mem.add("push", [Tip("o1", "act: left", 1.0)])
     builder = TipPromptBuilder(base, mem)
-    past = [Turn("o0", "up", encode("up") + [tok.eos_token_id])]
+    past = [Turn("o0", "up", [*encode("up"), tok.eos_token_id])]
     ids = fit_prompt(builder, encode, tok.eos_token_id, "push", past, "o1").ids
     plain = fit_prompt(base, encode, tok.eos_token_id, "push", past, "o1").ids
     assert tok.decode(ids).replace("\n<tip> act: left </tip>", "") == tok.decode(plain)

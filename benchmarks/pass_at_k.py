@@ -4,13 +4,24 @@ SGE (arXiv 2603.02045) samples a short strategy before acting, at a higher tempe
 than the actions, so that parallel rollouts differ in plan; the claim is more diverse
 exploration and a better pass@k at the same number of samples. Both arms are the
 ``sokoban_sge`` preset (GRPO, sparse outcome reward), one with the strategy off, trained on
-the same episode budget and seeds; then each trained model samples n = 16 episodes (its
-own training-time sampler: SGE writes a strategy first) on each of R held-out rooms, and:
+the same episode budget and seeds. Each trained run is then only read (its newest
+checkpoint's weights and saved sampler state, ``cairn.train.pass_at_k``; never resumed)
+and samples n = 16 episodes on each of R held-out rooms, with:
+
+- ``grpo``: its own training-time sampler (plain rollout at the action temperature);
+- ``sge``: its own training-time sampler (a strategy sampled at 1.5 first, with the
+  reflection history the run ended with, actions at 1.0): SGE's claim is about diverse
+  exploration when sampling, so each arm samples as it was trained to;
+- ``sge, no strategy``: the SGE-trained weights with the plain sampler, which tells whether
+  a difference is in the weights or in the strategy prompt.
+
+Per row: the greedy success of the trainer's own evaluation (200 held-out rooms, plain
+prompt), and over the sampled episodes
 
 - pass@k for k = 1, 2, 4, 8, 16: the unbiased estimate 1 - C(n - c, k) / C(n, k) per room
   (c successes of n), averaged over rooms;
-- distinct solutions: per room, the number of different action sequences among the
-  successful episodes, averaged over rooms.
+- distinct solutions: per room, the number of different move sequences among the
+  successful episodes (the strategy is not a move), averaged over rooms.
 
 Means with a 95 % t-interval over seeds. One section per ``--label`` of
 benchmarks/results/exploration/pass_at_k.md.
@@ -22,20 +33,18 @@ benchmarks/results/exploration/pass_at_k.md.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from datetime import date
 from pathlib import Path
 
-import numpy as np
 import yaml
 
-from cairn.rollout import RolloutContext
 from cairn.train.compare import compare
 from cairn.train.config import load_config
+from cairn.train.evaluate import newest_checkpoint
+from cairn.train.pass_at_k import sample_held_out, sampling_stats
 from cairn.train.records import mean_ci, write_section
-from cairn.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "benchmarks" / "results" / "exploration" / "pass_at_k.md"
@@ -54,41 +63,16 @@ SHARED = [
 ]
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from c successes in n samples (Chen et al. 2021, eq. 1)."""
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least {k} samples, got n={n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+#: Table rows: (arm trained, sampler at pass@k time).
+ROWS = {"grpo": ("grpo", "plain"), "sge": ("sge", "strategy"), "sge, no strategy": ("sge", "plain")}
+COLS = ("greedy", *(f"pass@{k}" for k in KS), "distinct")
 
 
-def distinct_solutions(episodes: list) -> int:
-    """Different action sequences among the successful episodes."""
-    return len({tuple(s.action for s in e.steps) for e in episodes if e.success})
-
-
-def sample_held_out(run_dir: Path, rooms: int, n: int) -> dict[int, list]:
-    """n episodes of the trained model on each of ``rooms`` held-out rooms, by group."""
+def measure(run_dir: Path, rooms: int, samplers: list[str]) -> dict[str, dict[str, float]]:
+    """Per sampler: pass@k, distinct solutions and the greedy success of one trained run."""
     cfg = load_config(run_dir / "config.yaml", ["train.threads=1", "log.progress=false"])
-    trainer = Trainer(cfg, run_dir, resume=True)
-    seeds = cfg.eval.seed_offset + np.arange(rooms)
-    ctx = RolloutContext(
-        trainer.policy, trainer.train_envs, trainer.prompt, trainer.sampling,
-        trainer.sample_gen, 0,
-    )  # fmt: skip
-    by_group: dict[int, list] = {}
-    for e in trainer.strategy.collect(ctx, seeds, n):
-        by_group.setdefault(e.group, []).append(e)
-    return by_group
-
-
-def measure(run_dir: Path, rooms: int, n: int) -> dict[str, float]:
-    groups = sample_held_out(run_dir, rooms, n)
-    wins = [sum(bool(e.success) for e in eps) for eps in groups.values()]
-    out = {f"pass@{k}": float(np.mean([pass_at_k(n, c, k) for c in wins])) for k in KS}
-    out["distinct"] = float(np.mean([distinct_solutions(eps) for eps in groups.values()]))
-    return out
+    groups, greedy = sample_held_out(cfg, newest_checkpoint(run_dir), rooms, max(KS), samplers)
+    return {s: {"greedy": greedy, **sampling_stats(groups[s], KS)} for s in samplers}
 
 
 def arm_config(arm: str, extra: list[str], out: Path) -> Path:
@@ -115,17 +99,17 @@ def main() -> int:
     extra = [f"train.max_episodes={episodes}", *args.overrides]
     configs = [str(arm_config(arm, extra, out)) for arm in ARMS]
     compare(configs, seeds, out, jobs=args.jobs)
-    results = {
-        arm: [measure(out / f"pk_{arm}" / f"seed{s}", rooms, max(KS)) for s in range(seeds)]
+    samplers = {arm: [sm for a, sm in ROWS.values() if a == arm] for arm in ARMS}
+    runs = {
+        arm: [measure(out / f"pk_{arm}" / f"seed{s}", rooms, samplers[arm]) for s in range(seeds)]
         for arm in ARMS
     }
-    cols = [f"pass@{k}" for k in KS] + ["distinct"]
     table = [
-        "| arm | " + " | ".join(cols) + " |",
-        "|---|" + "---|" * len(cols),
+        "| arm (sampler) | " + " | ".join(COLS) + " |",
+        "|---|" + "---|" * len(COLS),
         *[
-            f"| {arm} | " + " | ".join(mean_ci([r[c] for r in rs]) for c in cols) + " |"
-            for arm, rs in results.items()
+            f"| {row} | " + " | ".join(mean_ci([r[sm][c] for r in runs[arm]]) for c in COLS) + " |"
+            for row, (arm, sm) in ROWS.items()
         ],
     ]
     print("\n".join(table))
@@ -145,8 +129,12 @@ def main() -> int:
         "",
         *table,
         "",
-        "pass@k: mean over rooms of 1 - C(n-c, k)/C(n, k), n = 16; distinct: different "
-        "successful action sequences per room. Mean ± 95 % t-interval over seeds.",
+        "greedy: the trainer's greedy evaluation (200 held-out rooms, plain prompt, so SGE "
+        "without its strategy). pass@k: mean over rooms of 1 - C(n-c, k)/C(n, k), n = 16 "
+        "samples per room at the arm's sampler (`sge`: strategy at 1.5 with the run's final "
+        "reflection history, actions at 1.0; `grpo` and `sge, no strategy`: plain sampling "
+        "at 1.0); distinct: different successful move sequences per room. Mean ± 95 % "
+        "t-interval over seeds.",
     ]
     write_section(RECORD, args.label, "SGE vs GRPO on the demo rooms", "\n".join(body), HEADER)
     print(f"wrote section {args.label} of {RECORD.relative_to(ROOT)}")

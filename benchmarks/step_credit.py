@@ -71,6 +71,7 @@ class Study:
     arms: dict[str, tuple[str, list[str]]]  # arm -> (preset, its own overrides)
     episodes: int  # default budget per run
     note: str  # how the evaluation is done, for the record
+    info_gain: bool = False  # record IGPO's turn-reward signal (the info_gain column)
 
 
 ROOMS = [
@@ -110,6 +111,13 @@ COUNTDOWN_WARMUP = [
     "warmup.epochs=16",
     "warmup.minibatch_size=64",
 ]
+QA_SHARED = [  # search_qa: the preset's 16 questions x 8 an iteration
+    "eval.every=5",
+    "eval.episodes=100",
+    "eval.target=0.3",
+    "log.trajectories_every=2",
+    "train.iterations=1000",
+]
 STUDIES = {
     "rooms_4_8": Study(
         "6x6, 1 box, 4-8 moves, 20 steps",
@@ -144,21 +152,27 @@ STUDIES = {
     ),
     "search_qa_igpo": Study(
         "multi-hop search QA: IGPO vs GRPO vs GiGPO",
-        [*TEXT_SHARED, "eval.episodes=50"],
-        {
+        [*QA_SHARED],
+        {  # one preset: the same env, model and warm-up; only the credit differs
             "grpo": (
                 "search_qa_igpo.yaml",
                 ["advantage.name=grpo", "advantage.options={norm: mean_std}", "rewards=[]"],
             ),
             "gigpo": (
-                "search_qa_gigpo.yaml",
-                ["advantage.options={gamma: 0.95, norm: mean, episode_norm: mean_std}"],
+                "search_qa_igpo.yaml",
+                [
+                    "advantage.name=gigpo",
+                    "advantage.options={gamma: 0.95, norm: mean, episode_norm: mean_std}",
+                    "rewards=[]",
+                ],
             ),
             "igpo": ("search_qa_igpo.yaml", []),
         },
-        4096,
-        "Greedy exact match on 50 held-out questions every 4 iterations of 128 episodes "
+        5120,
+        "Greedy exact match on 100 held-out questions (1-2 hops, one knowledge base) after "
+        "the shared format warm-up (at 0 episodes) and every 5 iterations of 128 episodes "
         "(16 questions x 8).",
+        info_gain=True,
     ),
 }
 
@@ -197,13 +211,29 @@ def shaped_fraction(run_dir: Path) -> float:
     return hits / rows if rows else math.nan
 
 
+def info_gain_signal(run_dir: Path) -> tuple[float, float]:
+    """IGPO's turn rewards in the dumped episodes: mean |info_gain| over the turns that get
+    one (all but each episode's last) and the fraction of those with |info_gain| > 0.01;
+    (nan, nan) where no step has the column (the arms without the reward)."""
+    gains = []
+    for dump in sorted((run_dir / "trajectories").glob("iter_*.jsonl.gz")):
+        with gzip.open(dump, "rt") as f:
+            for line in f:
+                steps = json.loads(line)["steps"]
+                gains += [abs(s["info_gain"]) for s in steps[:-1] if "info_gain" in s]
+    if not gains:
+        return math.nan, math.nan
+    return float(np.mean(gains)), float(np.mean(np.array(gains) > 0.01))
+
+
 def arm_rows(study: Study, summary: dict, out: Path, seeds: int) -> list[str]:
     lines = [
         f"| arm | episodes to {summary['target']} (per seed) | reached | final (per seed) "
         "| final mean ± 95% CI | mean over evaluations ± 95% CI | sampled success, last 3 "
         "iterations ± 95% CI | rows in step groups | rows with a shaped reward > 0 "
-        "| train s per run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| train s per run |"
+        + (" mean abs(info gain), non-final turns | share > 0.01 |" if study.info_gain else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if study.info_gain else ""),
     ]
     for arm in study.arms:
         c = summary["configs"][f"step_{arm}"]
@@ -218,9 +248,16 @@ def arm_rows(study: Study, summary: dict, out: Path, seeds: int) -> list[str]:
         lines.append(
             f"| {arm} | {to} | {c['reached']} | {fin} | {mean_ci(c['final_success'])} | "
             f"{mean_ci(area)} | {mean_ci(late)} | {mean_ci(frac)} | "
-            f"{mean_ci(shaped)} | {secs:.0f} |"
+            f"{mean_ci(shaped)} | {secs:.0f} |" + (_gain_cells(runs) if study.info_gain else "")
         )
     return lines
+
+
+def _gain_cells(runs: list[Path]) -> str:
+    sizes, shares = zip(*(info_gain_signal(r) for r in runs), strict=True)
+    if all(math.isnan(x) for x in sizes):
+        return " - | - |"
+    return f" {mean_ci(list(sizes))} | {mean_ci(list(shares))} |"
 
 
 def _arm_line(arm: str, preset: str, own: list[str]) -> str:

@@ -34,6 +34,8 @@ def test_env_preset_trains_end_to_end(tmp_path, env):
             "train.time_budget_s=null",
             "train.threads=1",
             "log.progress=false",
+            "warmup.demos=8",  # search_qa's format warm-up, small
+            "warmup.epochs=1",
             f"out_dir={tmp_path}",
             *EXTRA.get(env, []),
         ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ ONE_ITERATION = [
     "train.threads=1",
     "log.progress=false",
     "log.trajectories_every=1",
+    "warmup.demos=8",  # the search_qa presets' format warm-up, small
+    "warmup.epochs=1",
 ]
 
 
@@ -32,8 +35,9 @@ def _dumped_steps(run: Path) -> list[dict]:
         return [s for line in f for s in json.loads(line)["steps"]]
 
 
-def _train(tmp_path: Path, preset: str) -> tuple[dict, list[dict]]:
-    cfg = load_config(CONFIGS / f"{preset}.yaml", [*ONE_ITERATION, f"out_dir={tmp_path}"])
+def _train(tmp_path: Path, preset: str, *extra: str) -> tuple[dict, list[dict]]:
+    overrides = [*ONE_ITERATION, *extra, f"out_dir={tmp_path}"]
+    cfg = load_config(CONFIGS / f"{preset}.yaml", overrides)
     summary = Trainer(cfg, tmp_path / preset).run()
     assert summary["iterations"] == 1 and summary["episodes"] == 8
     return summary, _dumped_steps(tmp_path / preset)
@@ -56,3 +60,18 @@ def test_search_qa_igpo_rewards_turns_with_information_gain(tmp_path):
     assert all("info_gain" in s and "r_tilde" in s for s in steps)
     gains = [s["info_gain"] for s in steps]
     assert all(-1.0 <= g <= 1.0 for g in gains)  # a difference of two probabilities
+    assert summary["warmup"]["warmup/steps"] >= 8  # the format warm-up ran first
+
+
+def test_search_qa_ssrl_warms_up_then_writes_its_own_search_results(tmp_path):
+    try:
+        env_class("search_qa")
+    except ImportError as err:
+        pytest.skip(f"search_qa: optional extra not installed ({err})")
+    # a warm-up long enough that the model writes search [ ... ] (8 demos: all invalid)
+    summary, steps = _train(tmp_path, "search_qa_ssrl", "warmup.demos=128", "warmup.epochs=8")
+    assert summary["eval_success"] is not None and summary["warmup"]["warmup/steps"] > 128
+    searches = [s for s in steps if re.match(r"^\s*search\s*\[.*\]\s*$", s["action"])]
+    assert searches, "the warmed-up model searched in none of its 8 episodes"
+    for s in searches:  # self-search: the next observation is the model's own text
+        assert "<information>" in s["completion"]

@@ -93,7 +93,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--episodes", type=int, default=2400, help="training budget per run")
+    p.add_argument("--episodes", type=int, default=4000, help="training budget per run")
     p.add_argument("--questions", type=int, default=200, help="held-out questions")
     p.add_argument("--quick", action="store_true", help="1 seed, 40 episodes, 4 questions")
     p.add_argument("--label", default="search_qa")

@@ -71,6 +71,7 @@ class Study:
     arms: dict[str, tuple[str, list[str]]]  # arm -> (preset, its own overrides)
     episodes: int  # default budget per run
     note: str  # how the evaluation is done, for the record
+    warm_start: bool = False  # arms start from a warm-up: also measure against its eval
     info_gain: bool = False  # record IGPO's turn-reward signal (the info_gain column)
 
 
@@ -172,6 +173,7 @@ STUDIES = {
         "Greedy exact match on 100 held-out questions (1-2 hops, one knowledge base) after "
         "the shared format warm-up (at 0 episodes) and every 5 iterations of 128 episodes "
         "(16 questions x 8).",
+        warm_start=True,
         info_gain=True,
     ),
 }
@@ -231,9 +233,8 @@ def arm_rows(study: Study, summary: dict, out: Path, seeds: int) -> list[str]:
         f"| arm | episodes to {summary['target']} (per seed) | reached | final (per seed) "
         "| final mean ± 95% CI | mean over evaluations ± 95% CI | sampled success, last 3 "
         "iterations ± 95% CI | rows in step groups | rows with a shaped reward > 0 "
-        "| train s per run |"
-        + (" mean abs(info gain), non-final turns | share > 0.01 |" if study.info_gain else ""),
-        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if study.info_gain else ""),
+        "| train s per run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm in study.arms:
         c = summary["configs"][f"step_{arm}"]
@@ -248,9 +249,42 @@ def arm_rows(study: Study, summary: dict, out: Path, seeds: int) -> list[str]:
         lines.append(
             f"| {arm} | {to} | {c['reached']} | {fin} | {mean_ci(c['final_success'])} | "
             f"{mean_ci(area)} | {mean_ci(late)} | {mean_ci(frac)} | "
-            f"{mean_ci(shaped)} | {secs:.0f} |" + (_gain_cells(runs) if study.info_gain else "")
+            f"{mean_ci(shaped)} | {secs:.0f} |"
         )
     return lines
+
+
+def warm_rows(study: Study, out: Path, seeds: int, lift: float = 0.1) -> list[str]:
+    """Against each seed's own start (the shared warm-up, eval at 0 episodes): the gain of
+    the final eval over it and the episodes until an eval is ``lift`` above it; with
+    ``study.info_gain``, IGPO's turn-reward signal (``info_gain_signal``)."""
+    gain_head = " mean abs(info gain), non-final turns | share > 0.01 |" if study.info_gain else ""
+    lines = [
+        f"| arm | after warm-up (per seed) | final (per seed) | final − warm-up ± 95% CI "
+        f"| episodes to warm-up + {lift} (per seed) | reached |" + gain_head,
+        "|---|---|---|---|---|---|" + ("---|---|" if study.info_gain else ""),
+    ]
+    for arm in study.arms:
+        runs = [out / f"step_{arm}" / f"seed{s}" for s in range(seeds)]
+        evals = [_summary(r)["evals"] for r in runs]
+        start = [ev[0]["eval/success"] for ev in evals]
+        final = [ev[-1]["eval/success"] for ev in evals]
+        to = [
+            next((e["episodes"] for e in ev[1:] if e["eval/success"] >= s0 + lift - 1e-9), None)
+            for ev, s0 in zip(evals, start, strict=True)
+        ]
+        reached = sum(t is not None for t in to)
+        lines.append(
+            f"| {arm} | {_join(start)} | {_join(final)} | "
+            f"{mean_ci([f - s0 for f, s0 in zip(final, start, strict=True)])} | "
+            f"{', '.join('-' if t is None else str(t) for t in to)} | {reached}/{seeds} |"
+            + (_gain_cells(runs) if study.info_gain else "")
+        )
+    return lines
+
+
+def _join(values: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in values)
 
 
 def _gain_cells(runs: list[Path]) -> str:
@@ -288,8 +322,15 @@ def main() -> int:
     start = time.time()
     summary = compare(configs, seeds, out, jobs=args.jobs)
     plot_compare_dir(summary, out)  # curves.png, as `cairn compare` draws them
-    wall = time.time() - start
+    walls = [
+        _summary(out / f"step_{a}" / f"seed{k}")["wall_seconds"]
+        for a in study.arms
+        for k in range(seeds)
+    ]
+    wall = max(time.time() - start, sum(walls) / args.jobs)
     table = arm_rows(study, summary, out, seeds)
+    if study.warm_start:
+        table += ["", *warm_rows(study, out, seeds)]
     print("\n".join(table))
     if args.quick:
         return 0
@@ -298,7 +339,8 @@ def main() -> int:
     body = [
         f"Recorded {date.today()} by `nice -n 19 {command}` (seeds 0..{seeds - 1} per arm, "
         f"{episodes} episodes each, {args.jobs} runs at a time with one torch thread; wall "
-        f"{wall / 60:.1f} min on the shared 2-core machine).",
+        f"{wall / 60:.1f} min on the shared 2-core machine, runs reused from an earlier "
+        "invocation included).",
         "",
         f"Shared overrides: {' '.join(f'`{o}`' for o in [*study.shared, *extra])}.",
         "",

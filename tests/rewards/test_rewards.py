@@ -93,6 +93,35 @@ def test_info_gain_is_the_change_in_answer_probability(tiny_policy):
     assert gains == pytest.approx([q[1] - q[0], q[2] - q[1], 0.0], abs=1e-6)
 
 
+def test_info_gain_scores_only_the_answer_after_the_templates_tool_words(tiny_policy):
+    # template "box {answer}": q = p("up" | prompt + "box") (span answer, the paper's p of
+    # the answer); span action scores both words: exp(mean logprob of "box", "up")
+    from cairn.data.tokens import collate_scoring
+
+    prompts = [tiny_policy.encode(w) for w in ("box r+1", "goal tr+0")]
+    box, up = tiny_policy.encode("box"), tiny_policy.encode("up")
+
+    def gain(span: str) -> float:
+        ep = Episode(id=0, group=0, task=0, meta={"answer": "up"},
+                     steps=[_step(t=i, prompt_ids=p) for i, p in enumerate(prompts)])  # fmt: skip
+        make_reward("info_gain", template="box {answer}", span=span)(
+            [ep], RewardContext(policy=tiny_policy)
+        )
+        return ep.steps[0].columns["info_gain"]
+
+    def q(prompt, ctx, scored):
+        logp, _ = tiny_policy.score(collate_scoring([prompt + ctx], [scored]))
+        return float(torch.exp(logp[0, -len(scored) :].mean()))
+
+    answer = q(prompts[1], box, up) - q(prompts[0], box, up)
+    action = q(prompts[1], [], box + up) - q(prompts[0], [], box + up)
+    assert gain("answer") == pytest.approx(answer, abs=1e-6)
+    assert gain("action") == pytest.approx(action, abs=1e-6)
+    assert abs(answer - action) > 1e-5  # so each equality above pins its own span
+    with pytest.raises(ValueError, match="span 'tokens' is not one of answer, action"):
+        make_reward("info_gain", span="tokens")
+
+
 def test_info_gain_answer_the_tokenizer_cannot_write_fails_clearly(tiny_policy):
     # "up]" is no word of the word-level vocabulary: p(answer) would score <unk>, not "up"
     ep = Episode(id=0, group=0, task=0, steps=[_step(t=0)], meta={"answer": "up"})

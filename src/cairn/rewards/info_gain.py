@@ -10,7 +10,13 @@ with q_k = p(answer | prompt of turn k):
                                       estimator reads ``reward`` there)
 
 The answer comes from the env's reset info (``info["answer"]``, kept as
-``meta["answer"]``), written in the action format of ``template``.
+``meta["answer"]``), written in the action format of ``template``. ``span="answer"`` (the
+paper's p of the ground-truth answer) scores only the answer's own tokens, the template's
+text before ``{answer}`` (e.g. ``answer [``) teacher-forced as context after the prompt;
+``span="action"`` scores the whole answer action, whose tool words mostly measure whether
+the policy would answer *now* (low before a search, high after it) rather than what it
+knows: on search_qa that gave every search a gain of ~0.4
+(benchmarks/results/credit/step_credit.md).
 """
 
 from __future__ import annotations
@@ -31,10 +37,14 @@ class InfoGain:
 
     name = "info_gain"
 
-    def __init__(self, template: str = "answer[{answer}]", batch_size: int = 256):
+    def __init__(
+        self, template: str = "answer[{answer}]", batch_size: int = 256, span: str = "answer"
+    ):
         if "{answer}" not in template:
             raise ValueError(f"info_gain template {template!r} must contain '{{answer}}'")
-        self.template, self.batch_size = template, batch_size
+        if span not in ("answer", "action"):
+            raise ValueError(f"info_gain span {span!r} is not one of answer, action")
+        self.template, self.batch_size, self.span = template, batch_size, span
 
     @torch.no_grad()
     def answer_probs(self, policy, prompts: list[list[int]], answers: list[list[int]]):
@@ -51,17 +61,22 @@ class InfoGain:
             out.append(((logp * mask).sum(-1) / mask.sum(-1).clamp(min=1)).exp())
         return torch.cat(out).numpy() if out else np.zeros(0)
 
-    def _answer_ids(self, policy, answer: str) -> list[int]:
-        """The answer action's ids; unknown tokens would score a placeholder, so they fail."""
+    def _answer_ids(self, policy, answer: str) -> tuple[list[int], list[int]]:
+        """(teacher-forced context, scored ids) of the answer action (``span``); unknown
+        tokens would score a placeholder, so they fail."""
         text = self.template.format(answer=answer)
-        ids = policy.encode(text)
+        if self.span == "action":
+            head, ids = [], policy.encode(text)
+        else:
+            before = self.template[: self.template.index("{answer}")]
+            head, ids = policy.encode(before) if before.strip() else [], policy.encode(answer)
         unk = getattr(getattr(policy, "tokenizer", None), "unk_token_id", None)
-        if unk is not None and unk in ids:
+        if unk is not None and unk in [*head, *ids, *policy.encode(text)]:
             raise ValueError(
                 f"info_gain: the tokenizer cannot write the answer action {text!r} (unknown "
                 "tokens); set the reward's template to words it has, e.g. 'answer [ {answer} ]'"
             )
-        return ids
+        return head, ids
 
     def __call__(self, episodes: Sequence[Episode], ctx) -> None:
         prompts, answers = [], []
@@ -71,9 +86,9 @@ class InfoGain:
                     "reward info_gain needs the ground-truth answer: the env must put "
                     "info['answer'] in its reset info (search_qa does)"
                 )
-            ids = self._answer_ids(ctx.policy, e.meta["answer"])
+            head, ids = self._answer_ids(ctx.policy, e.meta["answer"])
             for s in e.steps:
-                prompts.append(s.prompt_ids)
+                prompts.append([*s.prompt_ids, *head])
                 answers.append(ids)
         q = self.answer_probs(ctx.policy, prompts, answers)
         row = 0

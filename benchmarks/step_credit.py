@@ -309,10 +309,11 @@ def main() -> int:
     p.add_argument("--study", default="rooms_4_8", choices=list(STUDIES))
     p.add_argument("--episodes", type=int, default=None, help="budget per run (study default)")
     p.add_argument("--quick", action="store_true", help="1 seed, not recorded")
+    p.add_argument("--label", default=None, help="section of the record (default: --study)")
     p.add_argument("--out", default=None, help="runs/step_credit[_STUDY]")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
-    study = STUDIES[args.study]
+    study, label = STUDIES[args.study], args.label or args.study
     episodes = args.episodes or (512 if args.quick else study.episodes)
     seeds = 1 if args.quick else args.seeds
     default_out = "runs/step_credit" + ("" if args.study == "rooms_4_8" else f"_{args.study}")
@@ -334,7 +335,7 @@ def main() -> int:
     print("\n".join(table))
     if args.quick:
         return 0
-    shutil.copy(out / "curves.png", RESULTS / f"step_credit_{args.study}.png")
+    shutil.copy(out / "curves.png", RESULTS / f"step_credit_{label}.png")
     command = " ".join(["python benchmarks/step_credit.py", *sys.argv[1:]])
     body = [
         f"Recorded {date.today()} by `nice -n 19 {command}` (seeds 0..{seeds - 1} per arm, "
@@ -352,10 +353,10 @@ def main() -> int:
         + " Rows in step groups: share of the dumped step rows (4 groups every 2 iterations) "
         "whose anchor state occurs more than once in its group, so GiGPO's A_S is not 0 there.",
         "",
-        f"![curves](step_credit_{args.study}.png)",
+        f"![curves](step_credit_{label}.png)",
     ]
-    write_section(RECORD, args.study, study.title, "\n".join(body), HEADER)
-    print(f"wrote section {args.study} of {RECORD.relative_to(ROOT)}")
+    write_section(RECORD, label, study.title, "\n".join(body), HEADER)
+    print(f"wrote section {label} of {RECORD.relative_to(ROOT)}")
     return 0
 
 

@@ -24,6 +24,8 @@ differ only in the step term.
     python benchmarks/step_credit.py --study countdown_warmup --set train.threads=1
     python benchmarks/step_credit.py --study search_qa_igpo --set train.threads=1
     python benchmarks/step_credit.py --quick         # 1 seed, 2 iterations, not recorded
+    python benchmarks/step_credit.py --study search_qa_igpo --episodes 10240 \
+        --label search_qa_igpo_10k                   # another budget, its own section
 
 Records, as section ``--study`` of benchmarks/results/credit/step_credit.md: episodes to
 the target greedy success per seed, final and mean-over-run greedy success (mean with a

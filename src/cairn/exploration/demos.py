@@ -184,6 +184,12 @@ def demo_episode(
                     action, think(obs) if think else "", settings.action_format
                 )
             ids, allowed = [*policy.encode(completion), policy.eos_id], None
+            unk = getattr(getattr(policy, "tokenizer", None), "unk_token_id", None)
+            if unk is not None and unk in ids:
+                raise ValueError(
+                    f"the tokenizer cannot write the demonstration {completion!r} (unknown "
+                    "tokens); use a tokenizer that covers the env's actions"
+                )
         nxt, reward, terminated, truncated, nxt_info = env.step(action)
         valid = bool(nxt_info.get("valid", True))
         step = Step(

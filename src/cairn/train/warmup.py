@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from cairn.agent import Turn, fit_prompt, format_completion
 from cairn.data.episode import Episode, Step
 from cairn.data.tokens import collate_scoring
 from cairn.envs import TextEnv
+from cairn.exploration.demos import demo_episode
 
 __all__ = ["demonstrations", "run_warmup", "run_warmup_stage", "supervised_warmup", "think_text"]
 
@@ -49,11 +49,6 @@ def think_text(observation: str, mode: str = "offsets") -> str:
     return " ".join(w for w in observation.split() if _OFFSET.match(w))
 
 
-def _completion(action: str, think: str, fmt: str) -> str:
-    """A demonstration completion: the bare action for ``line``, else ``format_completion``."""
-    return action if fmt == "line" else format_completion(action, think, fmt)
-
-
 def demonstrations(
     env: TextEnv,
     seeds: Sequence[int],
@@ -62,44 +57,22 @@ def demonstrations(
     settings: Any,
     think: str = "offsets",
 ) -> list[Episode]:
-    """Solver episodes on ``seeds`` with prompt and completion ids as the rollout makes them."""
+    """Solver episodes on ``seeds`` with prompt and completion ids as the rollout makes them
+    (``cairn.exploration.demos.demo_episode``, LUFFY's replay: one code path for both)."""
     solve = getattr(env, "solve", None)
     if solve is None:
         raise ValueError(f"warmup needs an env with a solver (env.solve()); {env!r} has none")
-    fmt, unk = settings.action_format, getattr(policy.tokenizer, "unk_token_id", None)
     out = []
     for k, seed in enumerate(seeds):
-        obs, info = env.reset(seed=int(seed))
+        env.reset(seed=int(seed))
         plan = solve()
         if not plan:
             continue
-        e = Episode(id=k, group=k, task=int(seed), source=1)
-        for action in plan:
-            past = [Turn(s.observation, s.action, s.action_ids) for s in e.steps]
-            fitted = fit_prompt(
-                prompt, policy.encode, policy.eos_id, env.instruction, past, obs,
-                settings.context_budget,
-            )  # fmt: skip
-            text = _completion(action, think_text(obs, think), fmt)
-            ids = [*policy.encode(text), policy.eos_id]
-            if unk is not None and unk in ids:
-                raise ValueError(
-                    f"warmup: the tokenizer cannot write the demonstration {text!r} (unknown "
-                    "tokens); use a tokenizer that covers the env's actions"
-                )
-            nxt, reward, terminated, truncated, nxt_info = env.step(action)
-            e.steps.append(
-                Step(
-                    t=len(e.steps), observation=obs, anchor=info.get("anchor", obs),
-                    action=action, completion=text, reward=float(reward),
-                    prompt_ids=fitted.ids, action_ids=ids, logprobs=[0.0] * len(ids),
-                )
-            )  # fmt: skip
-            obs, info = nxt, nxt_info
-            if terminated or truncated:
-                break
-        e.success = bool(info.get("success", False))
-        out.append(e)
+        demo = demo_episode(
+            env, int(seed), plan, policy=policy, prompt=prompt, settings=settings,
+            episode_id=k, group=k, think=lambda obs: think_text(obs, think),
+        )  # fmt: skip
+        out.append(demo)
     return out
 
 

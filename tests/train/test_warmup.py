@@ -135,3 +135,6 @@ def test_sokoban_text_preset_runs_warmup_then_rl(tmp_path):
     (row,) = read_metrics(tmp_path / "run")
     for key in ("format_errors", "truncated_actions", "context_truncated", "completion_tokens"):
         assert f"rollout/{key}" in row and f"eval/{key}" in row
+    more = cfg.model_copy(update={"train": cfg.train.model_copy(update={"iterations": 2})})
+    resumed = Trainer(more, tmp_path / "run", resume=True).run()  # no second warm-up,
+    assert resumed["warmup"] == summary["warmup"]  # and its stats are kept

@@ -1,5 +1,5 @@
 """What a checkpoint keeps of a trainer besides the weights, and putting it back: counters,
-evaluations, optimizer states (the actor's and each learner's, ``<name>_optimizer``), every
+evaluations, the warm-up's stats, optimizer states (the actor's and each learner's, ``<name>_optimizer``), every
 random stream, the KL reference, and the state of exploration and rewards. Restoring it
 makes a resumed run repeat the uninterrupted one exactly."""
 
@@ -19,6 +19,7 @@ def trainer_state(t: Any) -> dict[str, Any]:
         "train_seconds": t.train_seconds,
         "wall_seconds": t.wall(),
         "evals": t.evals,
+        "warmup": t.warmup_stats,
         "optimizer": t.opt.state_dict(),
         "task_rng": t.task_rng.bit_generator.state,
         "shuffle_rng": t.shuffle_rng.bit_generator.state,
@@ -35,6 +36,7 @@ def restore_trainer(t: Any, state: dict[str, Any]) -> None:
     t.iteration, t.episodes = state["iteration"], state["episodes"]
     t.train_seconds, t.evals = state["train_seconds"], state["evals"]
     t.wall_seconds = state.get("wall_seconds", 0.0)  # older checkpoints: this session only
+    t.warmup_stats = state.get("warmup", {})  # the warm-up ran before the first checkpoint
     t.opt.load_state_dict(state["optimizer"])
     t.task_rng.bit_generator.state = state["task_rng"]
     t.shuffle_rng.bit_generator.state = state["shuffle_rng"]

@@ -1,7 +1,7 @@
 """What a checkpoint keeps of a trainer besides the weights, and putting it back: counters,
-evaluations, the warm-up's stats, optimizer states (the actor's and each learner's, ``<name>_optimizer``), every
-random stream, the KL reference, and the state of exploration and rewards. Restoring it
-makes a resumed run repeat the uninterrupted one exactly."""
+evaluations, the warm-up's stats, optimizer states (the actor's and each learner's,
+``<name>_optimizer``), every random stream, the KL reference, and the state of exploration
+and rewards. Restoring it makes a resumed run repeat the uninterrupted one exactly."""
 
 from __future__ import annotations
 

@@ -125,3 +125,26 @@ def test_variant_tree_and_easy_to_hard_stages():
     assert info["integrand"] == str(parse_candidate(nodes[deepest[0]].problem))
     with pytest.raises(ValueError, match="out of range"):
         cur.env(len(nodes))
+
+
+def test_sge_reflection_words_are_in_a_word_level_vocabulary(tmp_path):
+    """The tiny default's word tokenizer learns SGE's outcome words when the reflection is
+    on (before, they read <unk>), and only then: other runs keep their vocabulary."""
+    from cairn.exploration.strategy import OUTCOME_WORDS
+    from cairn.train.config import load_config
+    from cairn.train.distributed import Dist
+    from cairn.train.setup import build_policy_engine
+
+    def tokenizer(*sets: str):
+        cfg = load_config("sokoban_sge", list(sets))
+        probe = make("sokoban", **cfg.env.options)
+        policy, _, _ = build_policy_engine(cfg, probe, tmp_path, Dist.from_env(), None)
+        return policy.tokenizer
+
+    sge = tokenizer()
+    ids = sge(" ".join(OUTCOME_WORDS), add_special_tokens=False)["input_ids"]
+    assert sge.unk_token_id not in ids and len(ids) == 2
+    plain = tokenizer("exploration.strategy.enabled=false")
+    no_reflection = tokenizer("exploration.strategy.reflection=false")
+    assert plain.get_vocab() == no_reflection.get_vocab() != sge.get_vocab()
+    assert set(sge.get_vocab()) - set(plain.get_vocab()) == set(OUTCOME_WORDS)

@@ -125,6 +125,17 @@ class ExplorationConfig(_Section):
     variants: VariantsSection = Field(default_factory=VariantsSection)
     self_search: SelfSearchSection = Field(default_factory=SelfSearchSection)
 
+    def prompt_words(self) -> tuple[str, ...]:
+        """Words the enabled methods write into prompts beyond the env's and the template's
+        (SGE's reflection outcomes): a word-level tokenizer must know them, or the model
+        reads ``<unk>``."""
+        s = self.strategy
+        if s.enabled and s.reflection and s.reflections > 0:
+            from cairn.exploration.strategy import OUTCOME_WORDS
+
+            return OUTCOME_WORDS
+        return ()
+
     @model_validator(mode="after")
     def _one_sampler(self) -> ExplorationConfig:
         if self.strategy.enabled and self.self_search.enabled:

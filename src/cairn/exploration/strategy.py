@@ -29,7 +29,11 @@ from cairn.data.tokens import collate_scoring
 from cairn.rollout.envpool import EnvFault, reset_all
 from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, tasks_for_groups
 
-__all__ = ["GuidedEnv", "StrategyGuided"]
+__all__ = ["OUTCOME_WORDS", "GuidedEnv", "StrategyGuided"]
+
+#: How a reflection names the outcome of an earlier strategy (a word-level tokenizer gets
+#: them through ``ExplorationConfig.prompt_words``).
+OUTCOME_WORDS = ("success", "failure")
 
 
 class GuidedEnv:
@@ -69,7 +73,8 @@ class StrategyGuided:
             return ""
         past = list(self.history.get(instruction, ()))[-self.reflections :]
         return " ".join(
-            f"{tagged('strategy', [s])} {'success' if ok else 'failure'}" for s, ok, _ in past
+            f"{tagged('strategy', [s])} {OUTCOME_WORDS[0] if ok else OUTCOME_WORDS[1]}"
+            for s, ok, _ in past
         )
 
     def remember(self, instruction: str, episodes: Sequence[Episode]) -> None:

@@ -9,6 +9,7 @@ default, rebuilt from the seed) and the adapters from the checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ def local_tokenizer(
     sample_seeds: int = 16,
     kind: str = "auto",
     vocab_size: int = 512,
+    extra_words: Sequence[str] = (),
 ):
     """The tiny default's tokenizer, built here in well under a second.
 
@@ -52,8 +54,10 @@ def local_tokenizer(
     """
     words = env.vocabulary()
     if kind == "word" or (kind == "auto" and words):
-        return word_tokenizer([*words, instruction, *TEMPLATE_WORDS])
+        return word_tokenizer([*words, instruction, *TEMPLATE_WORDS, *extra_words])
     texts = [instruction, " ".join(TEMPLATE_WORDS)]
+    if extra_words:  # kept out of the texts when none, so existing tokenizers stay the same
+        texts.append(" ".join(extra_words))
     for seed in range(sample_seeds):
         texts += _episode_text(env, seed, steps=4 if kind == "chat" else 0)
     if kind == "chat":
@@ -104,9 +108,16 @@ def context_budget(policy: HFPolicy, max_context: int | None, max_new_tokens: in
 
 
 def build_policy(
-    cfg: Any, env: TextEnv, instruction: str, seed: int, checkpoint: Path | None = None
+    cfg: Any,
+    env: TextEnv,
+    instruction: str,
+    seed: int,
+    checkpoint: Path | None = None,
+    extra_words: Sequence[str] = (),
 ) -> HFPolicy:
-    """The policy of a run: from ``checkpoint`` when given, else from ``cfg`` (ModelConfig)."""
+    """The policy of a run: from ``checkpoint`` when given, else from ``cfg`` (ModelConfig);
+    ``extra_words``: prompt words the tiny default's tokenizer must know beyond the env's
+    (``ExplorationConfig.prompt_words``)."""
     hf_logging.disable_progress_bar()
     dtype = _DTYPES[cfg.dtype]
     # The tiny default runs eager attention (fastest for short CPU sequences); a resumed
@@ -125,7 +136,7 @@ def build_policy(
             if checkpoint is not None
             else local_tokenizer(
                 env, instruction, kind=getattr(cfg, "tokenizer", "auto"),
-                vocab_size=getattr(cfg, "vocab_size", 512),
+                vocab_size=getattr(cfg, "vocab_size", 512), extra_words=extra_words,
             )
         )  # fmt: skip
         config = tiny_config(

@@ -60,7 +60,8 @@ def build_policy_engine(
     probe = GuardedEnv(probe, cfg.env.name)
     probe.reset(seed=0)
     instruction = cfg.agent.instruction or probe.instruction
-    policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt)
+    words = cfg.exploration.prompt_words()
+    policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt, words)
     dist.broadcast_params(policy.model)
     engine_dir = run_dir / "engine" / f"rank{dist.rank}"
     engine = make_engine(

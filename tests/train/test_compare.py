@@ -78,3 +78,19 @@ def test_zero_seeds_is_refused(tmp_path, capsys):
     assert main(["compare", "sokoban_grpo", "--seeds", "0", "--out", str(tmp_path / "c")]) == 2
     assert "at least 1 seed" in capsys.readouterr().out
     assert not (tmp_path / "c").exists()
+
+
+def test_final_success_interval_is_the_t_interval_over_seeds():
+    """3 seeds: 4.303 standard errors, not the normal 1.96 (which made `cairn compare`'s
+    "95% CI" an 80 % interval); one seed: none."""
+    from cairn.train.compare import summarise
+
+    def run(final: float) -> dict:
+        evals = [{"episodes": 64, "eval/success": final}]
+        return {"eval_success": final, "evals": evals, "target": 0.8, "train_seconds": 1.0}
+
+    out = summarise({"a": [run(0.920), run(0.885), run(0.905)], "b": [run(0.5)]}, 0.8)
+    a = out["configs"]["a"]
+    assert a["final_success_mean"] == pytest.approx(0.90333, abs=1e-5)
+    assert a["final_success_ci95"] == pytest.approx(4.303 * 0.017559 / 3**0.5, abs=1e-5)
+    assert out["configs"]["b"]["final_success_ci95"] is None

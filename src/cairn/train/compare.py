@@ -13,7 +13,6 @@ Results: ``compare.json`` and ``compare.md`` (tables); the CLI then draws ``curv
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing as mp
 import shutil
 from concurrent.futures import ProcessPoolExecutor
@@ -25,6 +24,7 @@ import numpy as np
 import yaml
 
 from cairn.train.config import ConfigError, load_config
+from cairn.train.records import ci95_half
 
 __all__ = ["compare", "summarise"]
 
@@ -136,7 +136,8 @@ def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def summarise(runs: dict[str, list[dict[str, Any]]], target: float | None) -> dict[str, Any]:
-    """Per config: eval curves over seeds, episodes to target, final success with a 95% CI."""
+    """Per config: eval curves over seeds, episodes to target, final success with a 95%
+    t-interval over seeds."""
     out: dict[str, Any] = {"target": target, "configs": {}}
     for name, results in runs.items():
         tgt = target if target is not None else results[0]["target"]
@@ -144,7 +145,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float | None) -> di
         to_target = [_episodes_to(r["evals"], tgt) for r in results]
         finals = np.array([r["eval_success"] for r in results], dtype=float)
         reached = [e for e in to_target if e is not None]
-        half = 1.96 * finals.std(ddof=1) / math.sqrt(len(finals)) if len(finals) > 1 else None
+        half = ci95_half(finals)  # Student-t: with 3 seeds, 4.30 standard errors, not 1.96
         out["configs"][name] = {
             "seeds": len(results),
             "episodes_to_target": to_target,

@@ -14,11 +14,12 @@ Inside a section, headings start at ``###``.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["mean_ci", "read_sections", "section_label", "write_section"]
+__all__ = ["ci95_half", "mean_ci", "read_sections", "section_label", "write_section"]
 
 #: Two-sided 95 % Student-t quantiles by degrees of freedom (seeds - 1); beyond 10 the
 #: normal 1.96 (at most 12 % narrow at 11 dof, less with more seeds).
@@ -71,11 +72,17 @@ def write_section(path: Path, label: str, title: str, body: str, header: str) ->
     path.write_text(text)
 
 
-def mean_ci(values: list[float]) -> str:
-    """``"mean ± h"``, h the half-width of the 95 % t-interval over seeds (3 decimals); the
-    mean alone for fewer than two values."""
+def ci95_half(values: Sequence[float]) -> float | None:
+    """Half-width of the 95 % Student-t interval of the mean over seeds (None for fewer
+    than two values)."""
     a = np.asarray(values, dtype=float)
     if len(a) < 2:
-        return f"{a.mean():.3f}"
-    half = T95.get(len(a) - 1, 1.96) * a.std(ddof=1) / np.sqrt(len(a))
-    return f"{a.mean():.3f} ± {half:.3f}"
+        return None
+    return float(T95.get(len(a) - 1, 1.96) * a.std(ddof=1) / np.sqrt(len(a)))
+
+
+def mean_ci(values: Sequence[float]) -> str:
+    """``"mean ± h"``, h the half-width of the 95 % t-interval over seeds (3 decimals); the
+    mean alone for fewer than two values."""
+    mean, half = float(np.mean(values)), ci95_half(values)
+    return f"{mean:.3f}" if half is None else f"{mean:.3f} ± {half:.3f}"

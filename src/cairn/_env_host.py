@@ -16,7 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EnvFactory", "EnvFaultRateError", "EnvHost", "serve"]
+__all__ = ["EnvFactory", "EnvFault", "EnvFaultRateError", "EnvHost", "serve"]
+
+
+class EnvFault(Exception):
+    """An env call that did not answer: the env raised (``__cause__``), hung or was lost.
+    Here, light to import, so the CLI can name one that reaches it (``cairn.rollout.envpool``
+    re-exports it with its kinds)."""
+
+    kind = "error"
 
 
 class EnvFaultRateError(RuntimeError):

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cairn._env_host import EnvFaultRateError
+from cairn._env_host import EnvFault, EnvFaultRateError
 from cairn.integrations.verl import data as verl_data
 from cairn.train.config import ConfigError, describe, load_config
 
@@ -392,9 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         return handler[args.command](args)
-    except (ConfigError, RunNotStarted, EnvFaultRateError) as err:  # one line; CAIRN_TRACEBACK=1
-        if os.environ.get("CAIRN_TRACEBACK"):
-            raise
+    except (ConfigError, RunNotStarted, EnvFaultRateError, EnvFault) as err:  # one line;
+        if os.environ.get("CAIRN_TRACEBACK"):  # an EnvFault here came from an env call
+            raise  # outside a rollout (warm-up, curriculum build): nothing to drop it from
         console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2
     except KeyboardInterrupt as err:

@@ -377,6 +377,24 @@ def test_a_probe_env_that_fails_at_setup_is_one_line_naming_env_and_call(tmp_pat
     )
 
 
+def test_an_env_that_fails_in_the_warmup_is_one_line_naming_env_and_call(tmp_path, capsys):
+    """The warm-up replays solver plans outside any rollout, so a failed env call there has
+    no episode to cost: one line naming the env and the call (it was a traceback)."""
+    from cairn.cli import main
+
+    register("faulty_sokoban", "rollout_helpers:FaultyEnv")
+    FaultyEnv.resets = 0
+    args = [
+        "env.name=faulty_sokoban", "env.options={mode: step, every: 1, at_reset: 0}",
+        "warmup.enabled=true", "warmup.demos=4", "train.iterations=1", "train.threads=1",
+        "log.progress=false", f"out_dir={tmp_path}",
+    ]  # fmt: skip
+    code = main(["train", *[x for a in args for x in ("--set", a)]])
+    message = " ".join(capsys.readouterr().out.split())
+    assert code == 2 and "Traceback" not in message
+    assert "error: env 'faulty_sokoban' failed in step(): RuntimeError: injected step" in message
+
+
 def test_the_cli_reports_a_fault_rate_stop_in_one_line(tmp_path, capsys):
     from cairn.cli import main
 

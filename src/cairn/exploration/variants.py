@@ -35,6 +35,7 @@ from cairn._registry import ImportRegistry
 from cairn.data.episode import Episode
 from cairn.envs import TextEnv, make
 from cairn.envs.base import StepResult
+from cairn.rollout.envpool import GuardedEnv
 
 __all__ = [
     "GENERATORS",
@@ -258,8 +259,8 @@ class Curriculum:
     @classmethod
     def build(cls, generator, env_factory, originals, per_problem, depth, advance_at,
               stage_iterations, rng, problems: Sequence[str] = ()) -> Curriculum:  # fmt: skip
-        if not problems:
-            env = env_factory()
+        if not problems:  # an env failure here names the env and the call (GuardedEnv)
+            env = GuardedEnv(env_factory(), getattr(env_factory, "name", ""))
             problems = [generator.problem_of(env.reset(seed=s)[1]) for s in range(originals)]
             env.close()
         nodes = build_tree(generator, problems, per_problem, depth, rng)

@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cairn._env_host import EnvFactory, EnvFaultRateError, EnvHost, serve
+from cairn._env_host import EnvFactory, EnvFault, EnvFaultRateError, EnvHost, serve
 from cairn.envs import StepResult, TextEnv
 
 __all__ = [
@@ -82,12 +82,6 @@ def ray_available() -> bool:
 
 
 # -- faults ----------------------------------------------------------------------------------
-class EnvFault(Exception):
-    """An env call that did not answer: the env raised (``__cause__``), hung or was lost."""
-
-    kind = "error"
-
-
 class EnvTimeout(EnvFault):
     """An env call ran past the pool's ``timeout_s``."""
 

@@ -36,6 +36,7 @@ from cairn.data.episode import Episode, Step
 from cairn.data.tokens import collate_scoring
 from cairn.envs import TextEnv
 from cairn.exploration.demos import demo_episode
+from cairn.rollout.envpool import GuardedEnv
 
 __all__ = ["demonstrations", "run_warmup", "run_warmup_stage", "supervised_warmup", "think_text"]
 
@@ -153,7 +154,7 @@ def run_warmup_stage(trainer: Any) -> dict[str, float]:
     follow the warmed-up weights. Returns the stage's stats."""
     from cairn.policies.lora import has_adapters, reference_model
 
-    env = trainer.env_factory()
+    env = GuardedEnv(trainer.env_factory(), getattr(trainer.env_factory, "name", ""))
     try:
         stats = run_warmup(
             trainer.cfg.warmup, trainer.policy, env, trainer.prompt, trainer.sampling,

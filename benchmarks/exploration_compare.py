@@ -26,11 +26,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from cairn.report.plots import plot_compare_dir
-from cairn.train.compare import compare
-from cairn.train.config import load_config
+from cairn.train.compare import compare, write_config
 from cairn.train.records import write_section
 from cairn.train.runlog import read_metrics
 
@@ -83,11 +81,9 @@ CLAIMS: dict[str, tuple[str, list[str], dict[str, list[str]], str]] = {
 
 
 def _variant_config(preset: str, overrides: list[str], name: str, out: Path) -> Path:
-    cfg = load_config(ROOT / preset, [*overrides, f"name={name}"])
-    path = out / "configs" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-    return path
+    return write_config(
+        ROOT / preset, [*overrides, f"name={name}"], out / "configs" / f"{name}.yaml"
+    )
 
 
 def _last_rollout(run_dir: Path) -> float | None:

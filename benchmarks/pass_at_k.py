@@ -38,9 +38,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-import yaml
-
-from cairn.train.compare import compare
+from cairn.train.compare import compare, write_config
 from cairn.train.config import load_config
 from cairn.train.evaluate import newest_checkpoint
 from cairn.train.pass_at_k import sample_held_out, sampling_stats
@@ -76,11 +74,8 @@ def measure(run_dir: Path, rooms: int, samplers: list[str]) -> dict[str, dict[st
 
 
 def arm_config(arm: str, extra: list[str], out: Path) -> Path:
-    cfg = load_config(ROOT / "configs" / PRESET, [*SHARED, *ARMS[arm], *extra, f"name=pk_{arm}"])
-    path = out / "configs" / f"{arm}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-    return path
+    overrides = [*SHARED, *ARMS[arm], *extra, f"name=pk_{arm}"]
+    return write_config(ROOT / "configs" / PRESET, overrides, out / "configs" / f"{arm}.yaml")
 
 
 def main() -> int:

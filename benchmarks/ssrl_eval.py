@@ -34,11 +34,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from cairn.exploration.self_search import SelfSearch
 from cairn.rollout import RolloutContext, rollout, tasks_for_groups
-from cairn.train.compare import compare
+from cairn.train.compare import compare, write_config
 from cairn.train.config import load_config
 from cairn.train.evaluate import eval_settings, newest_checkpoint, open_checkpoint
 from cairn.train.records import mean_ci, write_section
@@ -82,11 +81,8 @@ def warmup_success(run_dir: Path) -> float:
 
 
 def arm_config(arm: str, extra: list[str], out: Path) -> Path:
-    cfg = load_config(ROOT / "configs" / PRESET, [*SHARED, *ARMS[arm], *extra, f"name=ss_{arm}"])
-    path = out / "configs" / f"{arm}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-    return path
+    overrides = [*SHARED, *ARMS[arm], *extra, f"name=ss_{arm}"]
+    return write_config(ROOT / "configs" / PRESET, overrides, out / "configs" / f"{arm}.yaml")
 
 
 def main() -> int:

@@ -49,11 +49,9 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from cairn.report.plots import plot_compare_dir
-from cairn.train.compare import compare
-from cairn.train.config import load_config
+from cairn.train.compare import compare, write_config
 from cairn.train.records import mean_ci, write_section
 from cairn.train.runlog import read_metrics
 
@@ -184,11 +182,7 @@ STUDIES = {
 def arm_config(study: Study, arm: str, extra: list[str], out: Path) -> Path:
     preset, own = study.arms[arm]
     overrides = [*study.shared, *own, *extra, f"name=step_{arm}"]
-    cfg = load_config(ROOT / "configs" / preset, overrides)
-    path = out / "configs" / f"{arm}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-    return path
+    return write_config(ROOT / "configs" / preset, overrides, out / "configs" / f"{arm}.yaml")
 
 
 def grouped_fraction(run_dir: Path) -> tuple[float, int]:

@@ -164,6 +164,7 @@ def demo_episode(
     obs, info = env.reset(seed=seed)
     e = Episode(id=episode_id, group=group, task=int(seed), source=SOURCE_DEMO)
     eos = getattr(policy, "eos_id", None)
+    unk = getattr(getattr(policy, "tokenizer", None), "unk_token_id", None)
     for action in actions:
         past = [Turn(s.observation, s.action, s.action_ids) for s in e.steps]
         try:
@@ -184,7 +185,6 @@ def demo_episode(
                     action, think(obs) if think else "", settings.action_format
                 )
             ids, allowed = [*policy.encode(completion), policy.eos_id], None
-            unk = getattr(getattr(policy, "tokenizer", None), "unk_token_id", None)
             if unk is not None and unk in ids:
                 raise ValueError(
                     f"the tokenizer cannot write the demonstration {completion!r} (unknown "

@@ -26,10 +26,19 @@ import yaml
 from cairn.train.config import ConfigError, load_config
 from cairn.train.records import ci95_half
 
-__all__ = ["compare", "summarise"]
+__all__ = ["compare", "summarise", "write_config"]
 
 #: Keys that do not change what a run computes; the rest must match to reuse a folder.
 _IGNORED = ("log.progress", "out_dir")
+
+
+def write_config(source: str | Path, overrides: list[str], path: Path) -> Path:
+    """``source`` (a file or preset) with ``overrides``, resolved and written to ``path``:
+    one config file per arm of a comparison (what ``compare`` takes)."""
+    cfg = load_config(source, overrides)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    return path
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The agent side of the loop: prompts from observations and history, actions from text."""
 
+from cairn.agent.instructions import describe_format, tool_schema
 from cairn.agent.parse import ACTION_FORMATS, format_completion, parse_action, parse_tool_call
 from cairn.agent.prompt import (
     PROMPT_STYLES,
@@ -22,9 +23,11 @@ __all__ = [
     "FittedPrompt",
     "PromptBuilder",
     "Turn",
+    "describe_format",
     "fit_prompt",
     "format_completion",
     "parse_action",
     "parse_tool_call",
     "tagged",
+    "tool_schema",
 ]

@@ -43,6 +43,13 @@ class TextEnv(ABC):
 
     #: Task instruction shown at the top of the prompt; may change on ``reset``.
     instruction: str = ""
+    #: One legal action as the env receives it (``up``, ``search[query]``): the example of
+    #: the answer format a language model is shown (``cairn.agent.describe_format``).
+    example_action: str = ""
+    #: Tools for the ``tool_call`` action format, as JSON schemas
+    #: (``cairn.agent.tool_schema``): each tool ``name`` with one argument is the env
+    #: action ``name[value]``. Empty where the env's actions are not tool calls.
+    tools: tuple[dict[str, Any], ...] = ()
 
     def __init__(self) -> None:
         self._seed: int | None = None

@@ -46,6 +46,7 @@ from cairn.data.episode import Episode, Step
 from cairn.envs import StepResult, TextEnv
 from cairn.policies.hf import Generation, HFPolicy
 from cairn.rollout.envpool import EnvFault, owner_of, reset_all, step_all
+from cairn.rollout.turn import instruction_for
 
 #: Reset-info keys kept on the episode for rewards that need the task's ground truth.
 TASK_INFO_KEYS = ("answer", "question", "key_steps")
@@ -84,6 +85,12 @@ class RolloutSettings:
     action_format: str = "line"  # cairn.agent.parse: line | tagged | tool_call
     format_reward: float = 0.0  # added (shaped "format") to a step whose action parsed
     context_budget: int | None = None  # prompt tokens at most (model context - new tokens)
+    instruction: str | None = (
+        None  # agent.instruction: replaces the env's wherever prompts are built
+    )
+    describe_format: bool = (
+        False  # append the answer format of action_format (agent.describe_format)
+    )
 
 
 class TurnHook(Protocol):
@@ -239,7 +246,8 @@ def _prompts(policy, envs, episodes, states, prompt, settings, active):
         past = [Turn(s.observation, s.action, s.action_ids) for s in e.steps]
         try:
             fitted = fit_prompt(
-                prompt, policy.encode, getattr(policy, "eos_id", None), envs[i].instruction, past,
+                prompt, policy.encode, getattr(policy, "eos_id", None),
+                instruction_for(envs[i], settings, getattr(prompt, "renders_tools", False)), past,
                 states[i][0], settings.context_budget,
             )  # fmt: skip
         except ContextOverflow as err:

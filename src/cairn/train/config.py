@@ -130,6 +130,10 @@ class AgentConfig(_Section):
     format_reward: float = Field(
         0.0, ge=0, description="Reward added to each step whose action parsed (format bonus)."
     )
+    describe_format: bool | None = Field(
+        None, description="Append the answer format of action_format, with an example, to "
+        "the instruction; null: on for a pretrained model (model.path), off for the tiny one."
+    )  # fmt: skip
 
     @field_validator("action_pattern")
     @classmethod

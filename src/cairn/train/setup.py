@@ -13,7 +13,7 @@ from cairn.policies.engines import make_engine
 from cairn.rollout import RolloutSettings
 from cairn.rollout.envpool import GuardedEnv
 
-__all__ = ["build_policy_engine", "new_run_dir", "sampling_settings"]
+__all__ = ["build_policy_engine", "describe_format", "new_run_dir", "sampling_settings"]
 
 
 def new_run_dir(cfg: Any) -> Path:
@@ -38,7 +38,15 @@ def sampling_settings(cfg: Any, policy: Any = None) -> RolloutSettings:
         max_turns=r.max_turns, invalid_penalty=cfg.agent.invalid_penalty,
         action_pattern=cfg.agent.action_pattern, action_format=cfg.agent.action_format,
         format_reward=cfg.agent.format_reward, context_budget=budget,
+        instruction=cfg.agent.instruction, describe_format=describe_format(cfg),
     )  # fmt: skip
+
+
+def describe_format(cfg: Any) -> bool:
+    """``agent.describe_format``; unset, on for a pretrained model and off for the tiny
+    default (whose prompts are word lists it learns, not instructions it reads)."""
+    explicit = cfg.agent.describe_format
+    return cfg.model.path is not None if explicit is None else bool(explicit)
 
 
 def prompt_builder(cfg: Any, tokenizer: Any) -> PromptBuilder:

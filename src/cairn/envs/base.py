@@ -84,6 +84,11 @@ class TextEnv(ABC):
             obs, _, _, _, info = self.step(action)
         return obs, info
 
+    def gold_action(self) -> str | None:
+        """A correct action from the current state (the solver's next move, the gold
+        answer), or None where the env knows none. Token budgets are measured on it."""
+        return None
+
     # -- text for local tokenizers ----------------------------------------------------------
     def vocabulary(self) -> list[str]:
         """Whitespace-separated words this env's observations and actions can contain.

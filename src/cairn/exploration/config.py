@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cairn._regex import regex_groups
+
 __all__ = [
     "DemosSection",
     "ExplorationConfig",
@@ -111,9 +113,7 @@ class SelfSearchSection(_Section):
     @field_validator("search_pattern")
     @classmethod
     def _regex(cls, v: str) -> str:
-        from cairn.train.config import _regex_groups  # names a pattern that does not compile
-
-        if _regex_groups(v) != 1:
+        if regex_groups(v) != 1:  # names a pattern that does not compile
             raise ValueError(f"search_pattern {v!r} must have exactly one group")
         return v
 

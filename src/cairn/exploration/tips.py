@@ -21,10 +21,10 @@ from typing import Any, Protocol
 
 import torch
 
-from cairn._registry import ImportRegistry
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
 from cairn.exploration.memory import Tip
+from cairn.exploration.registries import WRITERS
 
 __all__ = ["WRITERS", "PolicyTipWriter", "TemplateTipWriter", "TipWriter", "make_writer"]
 
@@ -124,15 +124,6 @@ class PolicyTipWriter:
                 e = episodes[i]
                 out[i] = [Tip(e.steps[0].observation, " ".join(words), e.ret)]
         return out
-
-
-WRITERS = ImportRegistry(
-    "tip writer",
-    {
-        "template": "cairn.exploration.tips:TemplateTipWriter",
-        "policy": "cairn.exploration.tips:PolicyTipWriter",
-    },
-)
 
 
 def make_writer(name: str, policy: Any, prompt: PromptBuilder, **options: Any) -> TipWriter:

@@ -31,10 +31,10 @@ from typing import Any, Protocol
 import numpy as np
 import sympy as sp
 
-from cairn._registry import ImportRegistry
 from cairn.data.episode import Episode
 from cairn.envs import TextEnv, make
 from cairn.envs.base import StepResult
+from cairn.exploration.registries import GENERATORS
 from cairn.rollout.envpool import GuardedEnv
 
 __all__ = [
@@ -162,15 +162,6 @@ class LLMVariants(_IntegrationProblems):
             if expr.free_symbols and text != problem and text not in out:
                 out.append(text)
         return out[:n]
-
-
-GENERATORS = ImportRegistry(
-    "variant generator",
-    {
-        "symbolic": "cairn.exploration.variants:SymbolicVariants",
-        "llm": "cairn.exploration.variants:LLMVariants",
-    },
-)
 
 
 def make_generator(name: str, *, policy: Any = None, **options: Any) -> VariantGenerator:

@@ -178,7 +178,7 @@ class RolloutConfig(_Section):
         0.1, ge=0, le=1, description="Stop when env faults end more than this share of the "
         "episodes of the last 10 iterations."
     )  # fmt: skip
-    engine: Literal["hf", "vllm"] = Field(
+    engine: str = Field(
         "hf", description="Generation engine: transformers (any device) or vLLM (GPU)."
     )
     engine_options: dict[str, Any] = Field(

@@ -39,6 +39,7 @@ import numpy as np
 from cairn.advantages._registry import DISCOUNT, NORM, WEIGHT, choice, real, register_parts
 from cairn.advantages.episodes import Episodes
 from cairn.advantages.segments import (
+    Norm,
     combine_ids,
     factorize,
     factorize_keys,
@@ -60,7 +61,7 @@ CHECKS = {
 
 
 def episode_advantage(
-    batch: StepBatch, ep: Episodes, norm: str = "mean_std", stats: str = "episodes"
+    batch: StepBatch, ep: Episodes, norm: Norm = "mean_std", stats: str = "episodes"
 ) -> np.ndarray:
     """A_E per row (N,): GRPO over episode returns; ``stats="rows"`` weighs R by episode length."""
     R = ep.returns(batch.reward)  # (E,)
@@ -130,8 +131,8 @@ def gigpo(
     *,
     gamma: float = 0.95,
     step_weight: float = 1.0,
-    norm: str = "mean",
-    episode_norm: str | None = None,
+    norm: Norm = "mean",
+    episode_norm: Norm | None = None,
     episode_stats: str = "episodes",
     similarity: float | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -18,14 +18,14 @@ import numpy as np
 
 from cairn.advantages._registry import NORM, register
 from cairn.advantages.episodes import Episodes
-from cairn.advantages.segments import normalize_in_segments
+from cairn.advantages.segments import Norm, normalize_in_segments
 from cairn.data import StepBatch
 
 __all__ = ["grpo"]
 
 
 @register("grpo", checks={"norm": NORM})
-def grpo(batch: StepBatch, *, norm: str = "mean_std") -> np.ndarray:
+def grpo(batch: StepBatch, *, norm: Norm = "mean_std") -> np.ndarray:
     """Episode return normalised within its group, broadcast to the episode's steps, (N,)."""
     ep = Episodes.of(batch)
     R = ep.returns(batch.reward)  # (E,)

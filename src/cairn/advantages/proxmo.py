@@ -46,7 +46,7 @@ from cairn.advantages._registry import (
     register_parts,
 )
 from cairn.advantages.episodes import Episodes
-from cairn.advantages.segments import factorize, normalize_in_segments, segment_mean
+from cairn.advantages.segments import Norm, factorize, normalize_in_segments, segment_mean
 from cairn.data import StepBatch
 
 __all__ = ["anchor_tfidf", "proxmo", "psc_weight", "soft_baseline"]
@@ -156,7 +156,7 @@ def proxmo(
     beta: float = 0.1,
     gamma: float = 0.95,
     step_weight: float = 1.0,
-    episode_norm: str = "mean_std",
+    episode_norm: Norm = "mean_std",
     features: Any = None,
     tokens: str = "words",
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -104,14 +104,15 @@ def to_step_batch(episodes: Sequence[Episode], **extra: np.ndarray) -> StepBatch
     ``path`` from the episodes when any has one, and ``extra`` arrays (length N).
     """
     rows = [(e, s) for e in episodes for s in e.steps]
+    columns: dict[str, Any] = dict(extra)  # arrays, and lists that from_columns converts
     keys = {k for _, s in rows for k in s.columns}
     for k in keys:
         missing = sum(k not in s.columns for _, s in rows)
         if missing:
             raise ValueError(f"step column {k!r} is missing on {missing} of {len(rows)} steps")
-        extra.setdefault(k, [s.columns[k] for _, s in rows])
+        columns.setdefault(k, [s.columns[k] for _, s in rows])
     if any(e.path for e in episodes):
-        extra.setdefault("path", [e.path for e, _ in rows])
+        columns.setdefault("path", [e.path for e, _ in rows])
     return StepBatch.from_columns(
         group=np.fromiter((e.group for e, _ in rows), np.int64, len(rows)),
         episode=np.fromiter((e.id for e, _ in rows), np.int64, len(rows)),
@@ -120,7 +121,7 @@ def to_step_batch(episodes: Sequence[Episode], **extra: np.ndarray) -> StepBatch
         anchor=[s.anchor for _, s in rows],
         success=np.fromiter((e.success for e, _ in rows), np.bool_, len(rows)),
         source=np.fromiter((e.source for e, _ in rows), np.int64, len(rows)),
-        **extra,
+        **columns,
     )
 
 

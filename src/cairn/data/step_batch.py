@@ -137,7 +137,7 @@ class StepBatch:
         return self.columns[COLUMN_ALIASES.get(name, name)]
 
     def __contains__(self, name: object) -> bool:
-        return COLUMN_ALIASES.get(name, name) in self.columns  # type: ignore[arg-type]
+        return isinstance(name, str) and COLUMN_ALIASES.get(name, name) in self.columns
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.columns)

@@ -14,7 +14,7 @@ computed once, at rollout time). The time of an estimator is the best of ``--rep
 of ``estimate(name, batch)`` with default options. An extra line times gigpo and its loop
 on fresh, un-interned strings (a batch built by other code), each run on new strings so
 that no hash is cached. The plain-loop reference (the per-row loops in
-cairn.advantages.reference) runs on a subset of whole groups (256,000 rows, proxmo
+cairn.advantages.loops) runs on a subset of whole groups (256,000 rows, proxmo
 3,200: large enough that its strings do not fit in cache either, as for the full batch),
 interleaved with the vectorised runs, and is extrapolated linearly in the number of groups
 (every reference is linear in groups).
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from cairn.advantages import available, estimate, reference
+from cairn.advantages import available, estimate, loops
 from cairn.advantages.segments import factorize
 from cairn.data import StepBatch
 
@@ -173,7 +173,7 @@ def factorisation_options(batch: StepBatch) -> list[tuple[str, float, float]]:
 
 
 def run(rows: int, proxmo_rows: int, ref_groups: int, repeat: int) -> list[dict[str, Any]]:
-    ref = reference
+    ref = loops
     warm = make_batch(64 * 4, seed=2)
     for name in available():  # imports (scikit-learn) and first-call costs stay out of timing
         estimate(name, warm)
@@ -239,7 +239,7 @@ def write_table(
         "anchors from 300 observation strings of ~150 characters, interned as "
         "`cairn.data.Step` does at rollout time (the last line: fresh, un-interned strings). "
         "Default options. Loop = the plain per-row reference of "
-        "cairn.advantages.reference on a subset of whole groups (too large to stay in "
+        "cairn.advantages.loops on a subset of whole groups (too large to stay in "
         "cache), extrapolated linearly in groups. Targets: gigpo <= 1 s on 1M rows, proxmo "
         "<= 5 s on 100k rows, the others <= 2 s on 1M rows, each >= 20x faster than the loop.",
         "",

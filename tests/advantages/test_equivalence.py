@@ -10,7 +10,7 @@ import pytest
 from adv_batches import random_batch, random_tree_batch, relabel
 
 from cairn.advantages import available, estimate, estimate_parts, parts_of
-from cairn.advantages import reference as ref
+from cairn.advantages import loops as ref
 from cairn.data import StepBatch
 
 

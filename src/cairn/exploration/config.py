@@ -103,7 +103,13 @@ class DemosSection(_Section):
 
 
 class StrategySection(_Section):
-    enabled: bool = Field(False, description="SGE: write a strategy first, then act on it.")
+    """SGE's section. Its "strategy" is a plan the policy writes before acting, a different
+    thing from a rollout strategy (``rollout.strategy``, ``cairn.rollout.STRATEGIES``)."""
+
+    enabled: bool = Field(
+        False, description="SGE: write a plan (SGE's 'strategy') first, then act on it; not "
+        "rollout.strategy, which says how episodes are sampled (SGE samples as 'group')."
+    )  # fmt: skip
     temperature: float = Field(
         1.5, gt=0, description="Strategy sampling temperature (above rollout.temperature)."
     )

@@ -62,16 +62,16 @@ class Actor:
 
 
 def train_learners(
-    learners: list[Any], tokens: Any, batch: Any, parts: dict[str, np.ndarray], ctx: Any
+    learners: list[Any], tokens: Any, batch: Any, parts: dict[str, np.ndarray], trainer: Any
 ) -> dict[str, float]:
     """PPO epochs for each learner in turn (the actor first), each on its own optimizer;
-    the mean of each metric. ``ctx``: ``cfg``, ``dist`` and ``shuffle_rng`` (the trainer).
+    the mean of each metric. ``trainer``: its ``cfg``, ``dist`` and ``shuffle_rng`` are read.
     Rows are steps (the token batch's, the same as the step table's). A learner with
     ``log_update`` also reports its grad norm, its loss and ``skipped_updates`` (updates
     dropped for a non-finite loss or gradient; their minibatch metrics are left out)."""
-    optim, metrics, n = ctx.cfg.optim, {}, len(tokens)
+    optim, metrics, n = trainer.cfg.optim, {}, len(tokens)
     for learner in learners:
-        chunks = ctx.dist.max_int(max(1, round(n / optim.minibatch_size)))  # same on all ranks
+        chunks = trainer.dist.max_int(max(1, round(n / optim.minibatch_size)))  # same on all ranks
         loss_of = learner.minibatch_loss(tokens, batch, parts)
         learner.module.train()
         skipped = []
@@ -81,7 +81,7 @@ def train_learners(
         ):
             loss, out = loss_of(idx)
             norm, stepped = apply_gradients(
-                loss, learner.opt, learner.module, ctx.dist, optim.max_grad_norm
+                loss, learner.opt, learner.module, trainer.dist, optim.max_grad_norm
             )
             if not stepped:
                 skipped.append(1)
@@ -93,7 +93,7 @@ def train_learners(
             return out
 
         epochs = learner.epochs or optim.epochs
-        metrics.update(run_epochs(n, epochs, chunks, ctx.shuffle_rng, step))
+        metrics.update(run_epochs(n, epochs, chunks, trainer.shuffle_rng, step))
         if learner.log_update:
             metrics[f"{learner.name}/skipped_updates"] = float(len(skipped))
     return metrics

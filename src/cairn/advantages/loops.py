@@ -1,4 +1,5 @@
-"""Plain-Python reference estimators: per-row loops over dicts, written from the definitions.
+"""Plain-Python estimators (the parity oracles): per-row loops over dicts, written from the
+definitions. (Not the KL reference policy: that is ``cairn.policies.lora.reference_model``.)
 
 These are the parity references for the vectorised estimators in cairn.advantages (checked
 against them in tests/advantages/test_equivalence.py) and the "plain loop" timed by

@@ -188,3 +188,22 @@ def test_a_package_imports_only_lower_layers(part: str) -> None:
         if _part(dep) != part and dep != "cairn" and LAYERS.get(_part(dep), 99) >= LAYERS[part]
     )
     assert wrong == []
+
+
+def package_graph(local: bool = True) -> dict[str, set[str]]:
+    """Part of cairn -> the other parts it imports (docs/architecture.md's layer picture)."""
+    out: dict[str, set[str]] = {p: set() for p in LAYERS}
+    for mod, deps in import_graph(local).items():
+        if mod == "cairn":  # the package's face, which imports nothing
+            continue
+        out.setdefault(_part(mod), set()).update(
+            _part(d) for d in deps if _part(d) != _part(mod) and d != "cairn"
+        )
+    return out
+
+
+if __name__ == "__main__":  # python tests/test_layers.py: the picture, from the code
+    graph = package_graph()
+    for part in sorted(graph, key=lambda p: (-LAYERS.get(p, 99), p)):
+        names = ", ".join(d.removeprefix("cairn.") for d in sorted(graph[part]))
+        print(f"{LAYERS.get(part, '?')}  {part.removeprefix('cairn.'):<13} -> {names or '-'}")

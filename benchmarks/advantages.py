@@ -37,6 +37,7 @@ import numpy as np
 from cairn.advantages import available, estimate, loops
 from cairn.advantages.segments import factorize
 from cairn.data import StepBatch
+from cairn.train.records import write_record
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "speed" / "advantages.md"
@@ -263,7 +264,7 @@ def write_table(
         "",
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
+    write_record(RESULTS, "\n".join(lines))
     print(f"wrote {RESULTS.relative_to(ROOT)}")
 
 

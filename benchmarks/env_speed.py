@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.envs import TextEnv, available, make
+from cairn.train.records import write_record
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "speed" / "env_speed.md"
 
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(to_markdown(rows, seconds))
+        write_record(out, to_markdown(rows, seconds))
         print(f"wrote {out}")
     return 0
 

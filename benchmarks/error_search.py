@@ -54,6 +54,7 @@ from cairn.rollout.branching import Forest
 from cairn.rollout.branching import Path as Branch
 from cairn.rollout.error_search import ErrorSearchStrategy, Search
 from cairn.train.config import load_config
+from cairn.train.records import provenance, write_record
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "sokoban_gigpo.yaml"
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"expected_accuracy_at_constant_x": dict(curve)}))
     if not args.quick:
         stats = _oracle_stats(rooms, truth, max_steps, exact)
-        (RESULTS / "error_search.md").write_text(_report(rows, curve, stats, n, lengths))
+        write_record(RESULTS / "error_search.md", _report(rows, curve, stats, n, lengths))
         _figure(rows, curve, RESULTS / "error_search.png")
         print(f"wrote {RESULTS / 'error_search.md'} and error_search.png")
     return 0
@@ -285,7 +286,8 @@ def _append_large_x(row: dict[str, Any], n: int) -> None:
     text = path.read_text()
     if head not in text:
         text += (
-            head + "`python benchmarks/error_search.py --failures N --x X` (the first N failures, "
+            head + f"{provenance(path.parent)}\n\n"
+            "`python benchmarks/error_search.py --failures N --x X` (the first N failures, "
             "sampled as above, x_min = x_max = X):\n\n" + table
         )
     text += (

@@ -24,6 +24,7 @@ from pathlib import Path
 from cairn.envs import make
 from cairn.rollout import EnvPool
 from cairn.rollout.envpool import make_env_pool, reset_all, step_all
+from cairn.train.records import write_record
 
 ENVS = {
     "sokoban": {"render": "compact", "max_solution": 5},
@@ -115,7 +116,7 @@ def main() -> None:
             rows.append(row)
     text = table(rows, args.backend, args.envs, args.seconds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_record(args.out, text)
     print(text)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from cairn.envs import make
 from cairn.train.config import load_config
+from cairn.train.records import write_record
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {  # label -> (preset, overrides)
@@ -64,7 +65,7 @@ def main() -> int:
         rate = f"{wins / args.rooms:.4f} ({wins:,d} of {args.rooms:,d})"
         lines.append(f"| {label} | {shown} | {rate} |")
     path = ROOT / "benchmarks" / "results" / "envs" / "sokoban_random.md"
-    path.write_text("\n".join([*lines, ""]))
+    write_record(path, "\n".join([*lines, ""]))
     print(f"wrote {path.relative_to(ROOT)}")
     return 0
 

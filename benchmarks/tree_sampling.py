@@ -40,6 +40,7 @@ from cairn.envs import make
 from cairn.policies import build_policy
 from cairn.rollout import EnvPool, RolloutContext, RolloutSettings, make_strategy
 from cairn.train.config import load_config
+from cairn.train.records import write_record
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "sokoban_gigpo.yaml"
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         r = measure(leaves, opts, history, groups)
         print(json.dumps({"options": opts, "history": history, **r}), flush=True)
         rows.append((leaves, opts, history, r))
-    args.out.write_text(_table(rows, groups))
+    write_record(args.out, _table(rows, groups))
     print(f"wrote {args.out}")
     return 0
 

@@ -37,6 +37,7 @@ from cairn.envs import make
 from cairn.integrations.verl.episode import Sample, play_episode
 from cairn.policies import local_tokenizer
 from cairn.rollout import RolloutSettings
+from cairn.train.records import write_record
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
 RESULTS = ROOT_DIR / "benchmarks" / "results" / "scale" / "verl_overhead.md"
@@ -174,7 +175,7 @@ loop). The difference between the last two columns is the thread hand-off, on a
 to seconds per turn) all of it is small; for envs that step in microseconds (sokoban),
 `env_in_thread=false` saves the hand-off.
 """
-    RESULTS.write_text(text)
+    write_record(RESULTS, text)
     print(f"wrote {RESULTS}")
 
 

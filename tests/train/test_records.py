@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from cairn.train.records import mean_ci, read_sections, section_label, write_section
+from cairn.train.records import (
+    commit_of,
+    mean_ci,
+    read_sections,
+    section_label,
+    write_record,
+    write_section,
+)
 
 HEADER = "# Study\n\nIntro line.\n"
 
@@ -71,3 +79,58 @@ def test_mean_ci_is_the_95_percent_t_interval() -> None:
     assert mean_ci([0.5]) == "0.500"  # one seed: no interval
     # 12 seeds fall back to the normal quantile: sd of 0/1 alternating = 0.5222, /sqrt(12)
     assert mean_ci([0.0, 1.0] * 6) == f"0.500 ± {1.96 * 0.52223 / 12**0.5:.3f}"
+
+
+def _repo(tmp_path: Path) -> Path:
+    """A git checkout with one commit holding src/a.py."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def _head(repo: Path) -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_a_section_names_the_commit_it_ran_on(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    path = repo / "benchmarks" / "results" / "s" / "r.md"
+    write_section(path, "a", "", "numbers", HEADER)
+    section = read_sections(path.read_text())[1]["a"]
+    assert section == f"## a\n\nCommit: `{_head(repo)}`\n\nnumbers\n"
+    assert commit_of(section) == _head(repo)
+
+
+def test_uncommitted_source_is_named_and_an_explicit_line_is_kept(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    (repo / "src" / "a.py").write_text("x = 2\n")  # the measured code is not HEAD's
+    path = repo / "r.md"
+    write_section(path, "a", "", "numbers", HEADER)
+    assert f"Commit: `{_head(repo)}` with uncommitted changes to src/" in path.read_text()
+    write_section(path, "b", "", f"Commit: `{'0' * 40}`\n\nold run", HEADER)
+    assert read_sections(path.read_text())[1]["b"].count("Commit:") == 1
+
+
+def test_every_repository_record_section_names_its_commit() -> None:
+    """Each section of each record has a ``Commit:`` line (a hash, or ``not recorded`` for
+    sections older than the rule); ``benchmarks/stale_records.py`` reads them."""
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    missing = []
+    for path in sorted(root.glob("*/*.md")):
+        head, sections = read_sections(path.read_text())
+        parts = sections.values() if sections else [head]
+        missing += [f"{path.name}: {p.splitlines()[0]}" for p in parts if "Commit: " not in p]
+    assert not missing, f"record sections without a Commit: line: {missing}"
+
+
+def test_a_whole_file_record_gets_its_commit_after_the_title(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    path = repo / "results" / "speed.md"
+    write_record(path, "# Speed\n\n| a |\n|---|\n| 1 |\n")
+    assert path.read_text() == f"# Speed\n\nCommit: `{_head(repo)}`\n\n| a |\n|---|\n| 1 |\n"

@@ -9,17 +9,31 @@ replaces the section whose heading is ``## credit_compare`` or ``## credit_compa
 and keeps every other section and their order (a new label is appended). ``header`` is
 the file's text above the first section, used only when the file does not exist yet.
 Inside a section, headings start at ``###``.
+
+Every section names the commit it ran on (a ``Commit:`` line, ``provenance``; written by
+``write_section`` unless the body has one): a record is only as good as the code it ran
+on, and ``benchmarks/stale_records.py`` lists the sections whose source has changed since.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ci95_half", "mean_ci", "read_sections", "section_label", "write_section"]
+__all__ = [
+    "ci95_half",
+    "commit_of",
+    "mean_ci",
+    "provenance",
+    "read_sections",
+    "section_label",
+    "write_record",
+    "write_section",
+]
 
 #: Two-sided 95 % Student-t quantiles by degrees of freedom (seeds - 1); beyond 10 the
 #: normal 1.96 (at most 12 % narrow at 11 dof, less with more seeds).
@@ -37,6 +51,39 @@ T95 = {
 }
 
 _SECTION = re.compile(r"(?m)^(?=## )")
+#: The provenance line of a section: ``Commit: `<40 hex>```, optionally followed by a note
+#: (uncommitted changes), or ``Commit: not recorded`` for sections older than the rule.
+COMMIT_LINE = re.compile(r"(?m)^Commit: (?:`([0-9a-f]{40})`|not recorded)")
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=folder, capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def provenance(folder: Path) -> str | None:
+    """The ``Commit:`` line for a record written from the checkout holding ``folder``:
+    HEAD's hash, and whether tracked source files had uncommitted changes (None outside
+    a git checkout: there is no commit to name)."""
+    folder = Path(folder)
+    while not folder.exists():
+        folder = folder.parent
+    head = _git(folder, "rev-parse", "HEAD")
+    if not head:
+        return None
+    dirty = _git(folder, "status", "--porcelain", "--untracked-files=no", "--", "src")
+    return f"Commit: `{head}`" + (" with uncommitted changes to src/" if dirty else "")
+
+
+def commit_of(section: str) -> str | None:
+    """The commit hash a section names (None: not recorded or unknown)."""
+    m = COMMIT_LINE.search(section)
+    return m.group(1) if m else None
 
 
 def section_label(heading: str) -> str:
@@ -65,6 +112,9 @@ def write_section(path: Path, label: str, title: str, body: str, header: str) ->
     if re.search(r"(?m)^## ", body):
         raise ValueError(f"section {label!r}: headings inside a section start at '###'")
     heading = f"## {label}: {title}" if title else f"## {label}"
+    line = None if COMMIT_LINE.search(body) else provenance(path.parent)
+    if line is not None:
+        body = f"{line}\n\n{body.strip()}"
     head, sections = read_sections(path.read_text() if path.exists() else header)
     sections[label] = f"{heading}\n\n{body.strip()}\n"
     text = head.rstrip() + "\n\n" + "\n".join(s.rstrip() + "\n" for s in sections.values())
@@ -86,3 +136,14 @@ def mean_ci(values: Sequence[float]) -> str:
     mean alone for fewer than two values."""
     mean, half = float(np.mean(values)), ci95_half(values)
     return f"{mean:.3f}" if half is None else f"{mean:.3f} ± {half:.3f}"
+
+
+def write_record(path: Path, text: str) -> None:
+    """Write a whole record (a script that owns its file without sections), with the
+    ``Commit:`` line after its title unless ``text`` has one."""
+    line = None if COMMIT_LINE.search(text) else provenance(path.parent)
+    if line is not None:
+        title, _, rest = text.partition("\n")
+        text = f"{title}\n\n{line}\n\n{rest.lstrip(chr(10))}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

@@ -6,7 +6,7 @@ from cairn.data.episode import Episode, Source, to_records, to_step_batch
 
 
 def test_source_values_are_the_published_column_values() -> None:
-    # DESIGN.md: source 0 on-policy, 1 off-policy demonstration, 2 memory-guided
+    # docs/architecture.md: source 0 on-policy, 1 off-policy demonstration, 2 memory-guided
     assert [int(s) for s in (Source.ON_POLICY, Source.DEMO, Source.MEMORY)] == [0, 1, 2]
     assert Episode(id=0, group=0, task=0).source == Source.ON_POLICY
 

@@ -73,7 +73,7 @@ def test_steps_intern_text_anchors_so_equal_observations_share_one_object() -> N
 
 
 def test_crit_is_the_published_alias_of_after_error() -> None:
-    # DESIGN.md publishes ELPO's column as `crit`; it is stored as `after_error`
+    # docs/architecture.md publishes ELPO's column as `crit`; it is stored as `after_error`
     batch = StepBatch.from_columns(**_cols(crit=[False, True, True]))
     assert "after_error" in batch.columns and "crit" not in batch.columns
     assert batch.after_error.tolist() == [False, True, True]

@@ -1,6 +1,6 @@
 """The step table: one row per step (one prompt -> action sample), columns as numpy arrays.
 
-Required columns (DESIGN.md):
+Required columns (docs/architecture.md, "Data contracts"):
     group   (N,) int64    episodes started from the same task instance share it
     episode (N,) int64    episode id (unique across the batch)
     t       (N,) int64    turn index inside the episode, 0-based
@@ -8,8 +8,8 @@ Required columns (DESIGN.md):
     anchor  (N,) object   hashable key of the raw observation the step acted on
 
 Optional columns, used by some estimators, are listed in ``OPTIONAL_COLUMNS``. Rows may
-come in any order; estimators must not depend on it. ``crit`` (the name DESIGN.md
-publishes) is accepted and read as an alias of ``after_error``.
+come in any order; estimators must not depend on it. ``crit`` (the name the docs publish)
+is accepted and read as an alias of ``after_error``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "after_error": np.bool_,  # ELPO: at or after the first irrecoverable step
 }
 
-# Published names that map to a column: ``crit`` (DESIGN.md's name of ELPO's column).
+# Published names that map to a column: ``crit`` (the docs' name of ELPO's column).
 COLUMN_ALIASES: dict[str, str] = {"crit": "after_error"}
 
 

@@ -312,7 +312,8 @@ def checkpoint_iteration(path: Path) -> int | None:
     try:
         if check_checkpoint(path) is not None:
             return None
-        return check_trainer_state(_state_view(path))
+        number = _number(path.name)  # check_checkpoint compared it with the state's
+        return number if number is not None else check_trainer_state(_state_view(path))
     except (CheckpointError, StateError):
         return None
 

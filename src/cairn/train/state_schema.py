@@ -13,8 +13,8 @@ Keys (all but ``iteration`` optional, so older checkpoints still load):
     iteration        int in [1, 10**9]: the iteration after which the checkpoint was written
     episodes         int in [0, 10**15]
     train_seconds, wall_seconds   finite numbers >= 0
-    evals            list of {str: scalar}, each ``iteration`` in [0, iteration]
-    warmup           {str: scalar}
+    evals            list of {str: value}, each ``iteration`` in [0, iteration]
+    warmup           {str: value}
     optimizer, <name>_optimizer   None or a torch optimizer state_dict: ``state`` maps
                      parameter indices to {str: tensor or number}, ``param_groups`` list
                      each group's ``params`` (distinct indices); a parameter's tensors
@@ -24,7 +24,7 @@ Keys (all but ``iteration`` optional, so older checkpoints still load):
     ref_model        None or {str: tensor}
     exploration      a dict; ``rng`` in it a numpy PCG64 state
     rewards          a list of dicts or None
-    metrics          list of metrics rows {str: scalar}, each ``iteration`` in [1, iteration]
+    metrics          list of metrics rows {str: value}, each ``iteration`` in [1, iteration]
     config_sha256    64 lowercase hex digits (the hash of the run's config.yaml)
 Other keys are allowed (a learner's own), checked only by the generic reader.
 """
@@ -96,10 +96,6 @@ def _seconds(value: Any, key: str, _iteration: int) -> None:
         raise StateError(f"{key}: {_show(value)} is not a finite number >= 0")
 
 
-def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, bool | int | float | str)
-
-
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."
@@ -107,23 +103,24 @@ def _show(value: Any) -> str:
 
 # -- containers ----------------------------------------------------------------------------
 def _rows(value: Any, key: str, iteration: int, low: int) -> None:
-    """A list of {str: scalar} rows whose ``iteration`` lies in [low, iteration]."""
+    """A list of {str: value} rows whose ``iteration`` lies in [low, iteration]."""
     if not isinstance(value, list):
         raise StateError(f"{key}: a {type(value).__name__}, not a list")
     if len(value) > _MAX_ROWS:
         raise StateError(f"{key}: {len(value)} rows, more than {_MAX_ROWS}")
     for i, row in enumerate(value):
         where = f"{key}[{i}]"
-        _flat(row, where)
+        _named(row, where)
         _int(row.get("iteration"), f"{where}.iteration", low, iteration)
 
 
-def _flat(value: Any, key: str) -> None:
+def _named(value: Any, key: str) -> None:
+    """A dict with string keys (a metrics row: values are whatever the run logged)."""
     if not isinstance(value, dict):
         raise StateError(f"{key}: a {type(value).__name__}, not a dict")
-    for k, v in value.items():
-        if not isinstance(k, str) or not _scalar(v):
-            raise StateError(f"{key}.{k}: {_show(v)} is not a number, string or null")
+    for k in value:
+        if not isinstance(k, str):
+            raise StateError(f"{key}: the key {_show(k)} is not a string")
 
 
 def _evals(value: Any, key: str, iteration: int) -> None:
@@ -135,7 +132,7 @@ def _metrics(value: Any, key: str, iteration: int) -> None:
 
 
 def _warmup(value: Any, key: str, _iteration: int) -> None:
-    _flat(value, key)
+    _named(value, key)
 
 
 def _dict_or_none(value: Any, key: str, _iteration: int) -> None:

@@ -392,7 +392,7 @@ def _pointer(root: Path) -> tuple[Path | None, list[str]]:
         return None, [f"latest: unreadable ({err.strerror})"]
     text = raw.decode("utf-8", "replace").strip()
     if len(raw) > _POINTER_MAX or _number(text) is None:
-        return None, [f"latest names {text[:60]!r}, not a checkpoint folder of this run (ignored)"]
+        return None, [f"latest names {text[:120]!r}, not a checkpoint folder of this run (ignored)"]
     return root / text, []
 
 

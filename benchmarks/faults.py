@@ -4,7 +4,7 @@
                                                            # benchmarks/results/faults/faults.md
     python benchmarks/faults.py --only actions,cli --quick # a smaller pass, prints only
 
-Four parts, each a section of the record:
+Six parts, each a section of the record:
 
 - ``kill``: a tiny run of each of three presets (EMPO2 memory, a PPO critic, plain GiGPO)
   is SIGKILLed at seeded random moments: a phase of the uninterrupted run (setup and the
@@ -27,6 +27,14 @@ Four parts, each a section of the record:
 - ``cli``: fuzzed ``--set`` keys and values, malformed YAML files and bad paths through
   ``cairn.cli.main`` in-process (plus a few as real subprocesses): each rejected input
   must end in one line, a non-zero exit, no traceback and no new run folder.
+- ``checkpoint``: files planted into a run killed after its second checkpoint (a state.json
+  with ``iteration: -5``, numpy scalars of a string dtype, same-size garbage, ``latest``
+  pointing into another run, a symlinked checkpoint, a stale corrupt one with
+  ``checkpoint.keep=1``, a torn metrics row, a pickle); ``cairn train --resume`` must
+  finish the run with every metrics row (issue 26).
+- ``parsers``: hostile completions (deep nesting, huge numbers, NaN, duplicate keys,
+  control characters, long strings) through ``parse_action`` in every action format: no
+  exception may escape (issue 26).
 """
 
 from __future__ import annotations
@@ -681,6 +689,238 @@ def _subprocess_cli(work: Path) -> dict[str, bool]:
 
 
 # -- record ----------------------------------------------------------------------------------
+# -- planted checkpoint files ------------------------------------------------------------------
+def _base_run(work: Path) -> Path:
+    """A tiny 3-iteration run, then cut back to what a kill right after iteration 2's
+    checkpoint leaves: checkpoints 1 and 2, metrics rows 1-2, no summary."""
+    out = work / "base"
+    rc = _run_cli(
+        [*_train_argv("sokoban_gigpo", out), "--set", "checkpoint.keep=5"], work / "base.log"
+    )
+    run = _run_folder(out)
+    if rc != 0 or run is None:
+        raise RuntimeError(f"the base run failed: {(work / 'base.log').read_text()[-400:]}")
+    shutil.rmtree(run / "checkpoints" / "iter_000003")
+    (run / "checkpoints" / "latest").write_text("iter_000002")
+    (run / "summary.json").unlink()
+    (run / "trajectories" / "iter_000003.jsonl.gz").unlink()
+    rows = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(rows[:2]))
+    return run
+
+
+def _plant_state(folder: Path, change: Any) -> None:
+    """Edit state.json's skeleton and fix the manifest's size, so only the schema can tell."""
+    path = folder / "state.json"
+    saved = json.loads(path.read_text())
+    change(saved["state"])
+    path.write_text(json.dumps(saved))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["state.json"] = path.stat().st_size
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _bad_iteration(run: Path, _other: Path) -> None:
+    _plant_state(run / "checkpoints" / "iter_000002", lambda s: s.update(iteration=-5))
+
+
+def _numpy_bombs(run: Path, _other: Path) -> None:
+    bomb = {"__npscalar__": "<U600000000", "value": "x"}  # 2.4 GB each, unchecked
+    _plant_state(
+        run / "checkpoints" / "iter_000002", lambda s: s.update(a=bomb, b=bomb, c=bomb, d=bomb)
+    )
+
+
+def _garbage_state(run: Path, _other: Path) -> None:
+    path = run / "checkpoints" / "iter_000002" / "state.json"
+    path.write_bytes(b"\x00" * path.stat().st_size)
+
+
+def _latest_elsewhere(run: Path, other: Path) -> None:
+    (run / "checkpoints" / "latest").write_text(str(other / "checkpoints" / "iter_000002"))
+
+
+def _linked_folder(run: Path, other: Path) -> None:
+    (run / "checkpoints" / "iter_000009").symlink_to(other / "checkpoints" / "iter_000002")
+    (run / "checkpoints" / "latest").write_text("iter_000009")
+
+
+def _stale_corrupt(run: Path, _other: Path) -> None:
+    stale = run / "checkpoints" / "iter_000009"
+    shutil.copytree(run / "checkpoints" / "iter_000002", stale)
+    with (stale / "model.safetensors").open("r+b") as f:
+        f.truncate(100)
+
+
+def _torn_row(run: Path, _other: Path) -> None:
+    text = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(text[: text.rindex("\n", 0, len(text) - 1) + 41])
+
+
+def _planted_pickle(run: Path, other: Path) -> None:
+    marker = other.parent / "pwned"  # created if the pickle is ever loaded
+    payload = b"cposix\nsystem\n(V" + f"touch {marker}".encode() + b"\ntR."
+    (run / "checkpoints" / "iter_000002" / "pytorch_model.bin").write_bytes(payload)
+
+
+#: name -> (plant(run, other run), extra arguments of ``cairn train --resume``)
+CHECKPOINT_CASES = {
+    "state.json iteration -5 in the newest checkpoint": (_bad_iteration, []),
+    "four numpy scalars of dtype <U600000000 in state.json": (_numpy_bombs, []),
+    "same-size garbage state.json in the newest checkpoint": (_garbage_state, []),
+    "checkpoints/latest = absolute path of another run's checkpoint": (_latest_elsewhere, []),
+    "iter_000009 a symlink to another run's checkpoint, named by latest": (_linked_folder, []),
+    "stale corrupt iter_000009, resumed with checkpoint.keep=1": (
+        _stale_corrupt,
+        ["--set", "checkpoint.keep=1"],
+    ),
+    "last metrics row torn, its checkpoint intact": (_torn_row, []),
+    "pickle (os.system payload) planted in the newest checkpoint": (_planted_pickle, []),
+}
+
+
+def _check_resumed(run: Path, base_rows: list[dict[str, Any]], work: Path) -> list[str]:
+    """What was lost after a resume (empty: nothing)."""
+    lost = []
+    rows = _metrics(run) if (run / "metrics.jsonl").exists() else []
+    if [r.get("iteration") for r in rows] != [1, 2, 3]:
+        lost.append(f"metrics iterations {[r.get('iteration') for r in rows]}")
+    elif rows[:1] != base_rows[:1]:
+        lost.append("metrics row 1 changed")
+    ckpts = sorted(p.name for p in (run / "checkpoints").glob("iter_*"))
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    if latest not in ckpts or "iter_000009" in ckpts:
+        lost.append(f"checkpoints {ckpts}, latest {latest}")
+    if (work / "pwned").exists():
+        lost.append("the pickle ran")
+    return lost
+
+
+def _said(line: str, work: Path) -> str:
+    """A line of the resume's output without the warning's source prefix and temp paths."""
+    line = line.split("CheckpointWarning: ", 1)[-1].strip()
+    return line.replace(str(work), "WORK")[:400]
+
+
+def part_checkpoint(work: Path) -> tuple[list[list[Any]], str]:
+    import resource
+
+    base = _base_run(work)
+    other = work / "other"
+    shutil.copytree(base, other)
+    base_rows = _metrics(base)
+    rows, notes = [], []
+    for i, (name, (plant, extra)) in enumerate(CHECKPOINT_CASES.items()):
+        run = work / f"case{i}" / base.name
+        shutil.copytree(base, run)
+        plant(run, other)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        start = time.perf_counter()
+        rc = _run_cli(["train", "--resume", str(run), *extra], work / f"case{i}.log")
+        secs = time.perf_counter() - start
+        grown = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss - before
+        lost = _check_resumed(run, base_rows, work) if rc == 0 else [f"exit {rc}"]
+        if grown > 2_000_000:  # KiB: a resume of this run peaks near 1 GB
+            lost.append(f"peak memory grew by {grown // 1024} MB")
+        log = (work / f"case{i}.log").read_text()
+        said = [_said(x, work) for x in log.splitlines() if "skipped" in x or "rebuilt" in x]
+        survived = f"resumed to iteration 3 in {secs:.0f} s" if not lost else "; ".join(lost)
+        rows.append([name, 1, survived, int(bool(lost))])
+        if said:
+            notes.append(f"- {name}: {said[0]}")
+    # Every checkpoint bad: refused in one line, the run folder unchanged.
+    run = work / "refused" / base.name
+    shutil.copytree(base, run)
+    for folder in (run / "checkpoints").glob("iter_*"):
+        _plant_state(folder, lambda s: s.update(iteration=-5))
+    before = (run / "metrics.jsonl").read_bytes()
+    rc, text = _one_cli(["train", "--resume", str(run)], work)
+    lines = [x for x in text.splitlines() if x.strip()]
+    ok = rc not in (0, -1) and len(lines) == 1 and (run / "metrics.jsonl").read_bytes() == before
+    rows.append(
+        [
+            "every checkpoint with iteration -5",
+            1,
+            "refused in one line" if ok else text[-200:],
+            int(not ok),
+        ]
+    )
+    notes.append(f"- every checkpoint bad: {_said(lines[0], work) if lines else '(no output)'}")
+    body = (
+        "One tiny GiGPO run (sokoban, 3 iterations, a checkpoint after each), cut back to "
+        "what a kill right after iteration 2's checkpoint leaves; each case plants one "
+        "file into a copy of it, then runs `cairn train --resume` in a forked process. "
+        "Lost: the resume failing, metrics rows other than 1, 2, 3 (row 1 unchanged), "
+        "`latest` naming a missing folder, a stale checkpoint kept, the pickle running, "
+        "or peak memory growing by more than 2 GB. What the resume said:\n" + "\n".join(notes)
+    )
+    return rows, body
+
+
+# -- hostile completions through the action parsers -------------------------------------------
+def hostile_completion(rng: random.Random) -> str:
+    """A completion built to break a parser: deep nesting, huge numbers, NaN / Infinity,
+    duplicate keys, control characters, long strings, unicode, inside or outside a tool call."""
+    depth = rng.choice([10, 999, 1000, 5000, 50_000])
+    value = rng.choice(
+        [
+            "[" * depth + "]" * depth,
+            '{"a":' * depth + "1" + "}" * depth,
+            "9" * rng.choice([100, 4300, 4301, 5000, 100_000]),
+            rng.choice(["NaN", "Infinity", "-Infinity", "1e999", "-0"]),
+            json.dumps("".join(chr(rng.randint(0, 0x2FFFF)) for _ in range(50))),
+            '"' + "".join(chr(rng.randint(0, 31)) for _ in range(20)) + '"',
+            json.dumps("x" * rng.choice([1000, 1_000_000])),
+        ]
+    )
+    call = rng.choice(
+        [
+            '{"name": "search", "arguments": {"query": %s}}',
+            '{"name": "answer", "name": "search", "arguments": {"query": %s}}',
+            '{"name": "answer", "arguments": {"answer": %s, "answer": "x"}}',
+            '{"name": %s, "arguments": {}}',
+            "%s",
+        ]
+    )
+    text = call.replace("%s", value)
+    return rng.choice(["<tool_call>%s</tool_call>", "<action>%s</action>", "%s"]).replace(
+        "%s", text
+    )
+
+
+def part_parsers(n: int, seed: int) -> tuple[list[list[Any]], str]:
+    from cairn.agent import ACTION_FORMATS, parse_action
+
+    rng = random.Random(seed)
+    rows, examples = [], []
+    for fmt in ACTION_FORMATS:
+        escaped, nones, start = 0, 0, time.perf_counter()
+        for _ in range(n):
+            text = hostile_completion(rng)
+            try:
+                nones += parse_action(text, fmt=fmt) is None
+            except Exception as err:  # the failure this part looks for
+                escaped += 1
+                examples.append(f"{fmt}: {type(err).__name__} on {text[:40]!r}")
+        secs = time.perf_counter() - start
+        rows.append(
+            [
+                f"hostile completions, {fmt} format",
+                n,
+                f"{n - escaped} parsed ({nones} format errors), {secs:.0f} s",
+                escaped,
+            ]
+        )
+    body = (
+        "Completions: nesting 10-50,000 deep, integers of 100-100,000 digits (int's limit is "
+        "4,300), NaN / Infinity / 1e999, a key given twice, control characters, random "
+        "unicode, strings up to 1 MB; as a tool call, an `<action>` tag or bare. Lost: any "
+        "exception out of `parse_action` (before: RecursionError and ValueError escaped "
+        "`parse_tool_call` and ended the run).\n" + "\n".join(f"- {e}" for e in examples[:5])
+    )
+    return rows, body
+
+
 def table(rows: list[list[Any]]) -> str:
     head = "| injected | times | survived | lost |\n|---|---|---|---|\n"
     return head + "\n".join(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows)
@@ -716,23 +956,28 @@ TITLES = {
     "env": "env exceptions, hangs, dead workers and JVMs",
     "actions": "fuzzed actions",
     "cli": "fuzzed CLI and config input",
+    "checkpoint": "planted checkpoint and run files, resumed",
+    "parsers": "hostile completions through the action parsers",
 }
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
-        "--only", default="kill,env,actions,cli", help="parts; kill-PRESET: one preset's kills"
+        "--only",
+        default="kill,env,actions,cli,checkpoint,parsers",
+        help="parts; kill-PRESET: one preset's kills",
     )
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--actions", type=int, default=10_000)
     p.add_argument("--cli", type=int, default=300)
+    p.add_argument("--parsers", type=int, default=2_000, help="completions per action format")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-jvm", action="store_true", help="skip the ScienceWorld JVM kills")
     p.add_argument("--quick", action="store_true", help="small counts, prints only")
     args = p.parse_args()
     if args.quick:
-        args.kills, args.actions, args.cli = 3, 300, 40
+        args.kills, args.actions, args.cli, args.parsers = 3, 300, 40, 100
     total_lost = 0
     with tempfile.TemporaryDirectory(prefix="cairn-faults-") as tmp:
         work = Path(tmp)
@@ -746,6 +991,10 @@ def main() -> int:
                 rows, body = part_env(work / part, not args.no_jvm)
             elif part == "actions":
                 rows, body = part_actions(args.actions, args.seed)
+            elif part == "checkpoint":
+                rows, body = part_checkpoint(work / part)
+            elif part == "parsers":
+                rows, body = part_parsers(args.parsers, args.seed)
             else:
                 rows, body = part_cli(args.cli, args.seed, work / part)
             total_lost += sum(int(r[3]) for r in rows)

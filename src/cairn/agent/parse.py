@@ -9,12 +9,19 @@ Three formats (``agent.action_format``):
 - ``tool_call``: a JSON tool call ``<tool_call>{"name": N, "arguments": {K: V}}</tool_call>``
   with exactly one argument becomes the env action ``N[V]`` (search_qa's ``search[query]``);
   malformed JSON, a missing name or any other argument shape is a format error.
+
+Model output is untrusted input: whatever a completion holds (nesting 1000 deep, a
+5000-digit number, NaN, duplicate keys, control characters, megabytes of text), parsing
+it either gives an action or None (a format error the turn loop counts), never an
+exception. Tool-call JSON is read strictly: ``NaN``/``Infinity`` and a key given twice
+are format errors, as in standard JSON.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 __all__ = ["ACTION_FORMATS", "format_completion", "parse_action", "parse_tool_call"]
 
@@ -29,16 +36,35 @@ def parse_action(completion: str, pattern: str | None = None, fmt: str = "line")
 
     With ``pattern`` (a regex with one group), the first match's group is the action;
     otherwise ``fmt`` decides (module docstring). The env decides whether the string is a
-    valid action.
+    valid action. Any exception while reading the completion is a format error (None);
+    only a bad ``pattern`` or ``fmt`` (the caller's, not the model's) raises ValueError.
     """
-    if pattern is not None:
-        m = re.search(pattern, completion, re.DOTALL)
+    regex = _pattern(pattern) if pattern is not None else None
+    if regex is None and fmt not in ACTION_FORMATS:
+        raise ValueError(f"action format {fmt!r} is not one of {', '.join(ACTION_FORMATS)}")
+    try:
+        return _parse(completion, regex, fmt)
+    except Exception:  # model output never ends a run (module docstring)
+        return None
+
+
+def _pattern(pattern: str) -> re.Pattern[str]:
+    try:
+        regex = re.compile(pattern, re.DOTALL)
+    except re.error as err:
+        raise ValueError(f"action pattern {pattern!r} is not a regex: {err}") from None
+    if regex.groups < 1:
+        raise ValueError(f"action pattern {pattern!r} needs a group holding the action")
+    return regex
+
+
+def _parse(completion: str, regex: re.Pattern[str] | None, fmt: str) -> str | None:
+    if regex is not None:
+        m = regex.search(completion)
         return m.group(1).strip() if m else None
     if fmt == "tool_call":
         call = parse_tool_call(completion)
         return None if call is None else f"{call[0]}[{call[1]}]"
-    if fmt not in ACTION_FORMATS:
-        raise ValueError(f"action format {fmt!r} is not one of {', '.join(ACTION_FORMATS)}")
     m = _TAGGED.search(completion)
     if m:
         return m.group(1).strip()
@@ -53,16 +79,22 @@ def parse_action(completion: str, pattern: str | None = None, fmt: str = "line")
 def parse_tool_call(completion: str) -> tuple[str, str] | None:
     """(name, argument) of the first ``<tool_call>`` JSON in ``completion``, else None.
 
-    The call must be a JSON object with a string ``name`` and an ``arguments`` object of
-    exactly one string or number value; anything else (bad JSON included) is None.
+    The call must be a standard JSON object (no ``NaN``/``Infinity``, no key twice) with a
+    string ``name`` and an ``arguments`` object of exactly one string or number value;
+    anything else is None: bad JSON, nesting past Python's recursion limit, a number
+    past int's digit limit, or any other error while reading it.
     """
+    try:
+        return _tool_call(completion)
+    except Exception:  # RecursionError, ValueError, MemoryError, ...
+        return None
+
+
+def _tool_call(completion: str) -> tuple[str, str] | None:
     m = _TOOL_CALL.search(completion)
     if m is None:
         return None
-    try:
-        call = json.loads(m.group(1))
-    except json.JSONDecodeError:
-        return None
+    call = json.loads(m.group(1), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
     args = call.get("arguments")
@@ -73,6 +105,18 @@ def parse_tool_call(completion: str) -> tuple[str, str] | None:
         return None
     name = call["name"].strip()
     return (name, str(value).strip()) if name else None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict; a key given twice is an error (standard JSON's intent)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("a key appears twice in a JSON object")
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not standard JSON")
 
 
 def format_completion(

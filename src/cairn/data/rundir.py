@@ -34,6 +34,7 @@ __all__ = [
     "read_jsonl",
     "read_metrics",
     "read_summary",
+    "restore_metrics",
     "trajectory_files",
     "trajectory_path",
     "write_config",
@@ -140,6 +141,23 @@ def keep_metrics(run_dir: Path, iteration: int) -> int:
     tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
     os.replace(tmp, path)
     return torn
+
+
+def restore_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> list[int]:
+    """Add to metrics.jsonl each of ``rows`` whose iteration it has no row for, keeping the
+    rows in iteration order; atomic. Returns the iterations added (a checkpoint's copy of
+    rows the file lost, e.g. a torn last line)."""
+    path = Path(run_dir) / METRICS
+    kept, _ = read_jsonl(path, strict=True)
+    have = {m.get("iteration") for m in kept}
+    added = [r for r in rows if r.get("iteration") not in have]
+    if not added:
+        return []
+    merged = sorted([*kept, *added], key=lambda m: m.get("iteration", 0))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(m) + "\n" for m in merged))
+    os.replace(tmp, path)
+    return [r["iteration"] for r in added]
 
 
 # -- summary.json -------------------------------------------------------------------------------

@@ -4,12 +4,15 @@
 vocabulary) or loads any model by local directory or hub name (``model.path``), or a
 checkpoint; optionally with gradient checkpointing and LoRA adapters (``model.lora``, peft).
 A LoRA checkpoint holds only the adapters: the base comes from ``model.path`` (or the tiny
-default, rebuilt from the seed) and the adapters from the checkpoint.
+default, rebuilt from the seed) and the adapters from the checkpoint. Whatever a checkpoint
+needs is read offline (``local_files_only``) and from safetensors only: a base that is a
+pickle (``pytorch_model.bin``) or a hub name not in the local cache is refused in one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +130,10 @@ def build_policy(
     adapters = checkpoint is not None and (checkpoint / "adapter_config.json").exists()
     source = checkpoint if checkpoint is not None and not adapters else _model_source(cfg.path)
     if source is not None:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint or source)
         extra = {"attn_implementation": attn} if attn else {}
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
+        with _offline(checkpoint is not None):
+            tokenizer = AutoTokenizer.from_pretrained(checkpoint or source)
+            model = _load_weights(source, checkpoint, dtype=dtype, **extra)
     else:
         tokenizer = (
             AutoTokenizer.from_pretrained(checkpoint)
@@ -157,12 +161,51 @@ def build_policy(
     if getattr(cfg, "gradient_checkpointing", False):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if adapters:
-        model = load_adapters(model, checkpoint)
+        with _offline(True):
+            model = load_adapters(model, checkpoint)
     elif getattr(cfg, "lora", None) is not None:
         with torch.random.fork_rng(devices=[]):  # adapter init from the seed, not global state
             torch.manual_seed(seed)
             model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
     return HFPolicy(model, tokenizer, device=cfg.device)
+
+
+@contextmanager
+def _offline(on: bool) -> Iterator[None]:
+    """With ``on`` (loading a run's checkpoint: resume, eval), the Hugging Face hub offline:
+    files come from local folders or the local cache, and no request of any kind is made
+    (with ``local_files_only`` alone, transformers still asks the hub for an adapter config
+    and huggingface_hub for its agent registry)."""
+    if not on:
+        yield
+        return
+    from huggingface_hub import constants
+
+    before, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
+def _load_weights(source: Path | str, checkpoint: Path | None, **options: Any) -> Any:
+    """``AutoModelForCausalLM`` from ``source``; for a checkpoint, safetensors only and
+    offline, a failure as one line naming the base (ValueError)."""
+    if checkpoint is None:
+        return AutoModelForCausalLM.from_pretrained(source, **options)
+    local = {"local_files_only": True, "adapter_kwargs": {"local_files_only": True}}
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            source, use_safetensors=True, **local, **options
+        )
+    except (OSError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        what = "" if source == checkpoint else f"the base model {str(source)!r} of "
+        raise ValueError(
+            f"cannot load {what}checkpoint {checkpoint} from local safetensors files ({first}); "
+            "a checkpoint's weights are never downloaded nor unpickled: point model.path at "
+            "a local folder with model.safetensors"
+        ) from None
 
 
 def _model_source(path: str | None) -> Path | str | None:

@@ -3,8 +3,10 @@
 A run directory (`cairn.data.rundir`, which reads its files) holds ``config.yaml``,
 ``metrics.jsonl``, ``summary.json`` and ``trajectories/iter_XXXXXX.jsonl.gz`` (one episode
 record per line, `cairn.data.episode.to_records`). Everything is read defensively: a missing
-file gives an empty section, a truncated gzip (a killed run) or a bad line is skipped and
-counted; unreadable metrics lines (a half-written last line) also raise a `UserWarning`.
+file gives an empty section, a truncated gzip (a killed run), a bad line or a line longer than
+``MAX_LINE_CHARS`` (16 Mi characters, skipped without being read whole) is skipped and
+counted, and so is a dump that is a symbolic link (a run reads only its own files);
+unreadable metrics lines (a half-written last line) also raise a `UserWarning`.
 
 Sampling rule (`Sampling`), stated in every report:
     iterations  of the n iterations that have a dump, at most M at evenly spaced positions
@@ -31,6 +33,7 @@ from typing import Any
 
 from cairn.data.rundir import (
     METRICS,
+    TRAJECTORIES,
     read_config_text,
     read_jsonl,
     read_summary,
@@ -38,6 +41,7 @@ from cairn.data.rundir import (
 )
 
 __all__ = [
+    "MAX_LINE_CHARS",
     "Dump",
     "RunData",
     "Sampling",
@@ -49,6 +53,7 @@ __all__ = [
 ]
 
 _GROUP = re.compile(r'"group"\s*:\s*(-?\d+)')
+MAX_LINE_CHARS = 16 * 2**20  # one episode record; a longer line is skipped, never read whole
 
 
 @dataclass(frozen=True)
@@ -104,16 +109,30 @@ class Dump:
 
 
 def _lines(path: Path) -> tuple[list[str], int]:
-    """Text lines of a dump (gzip or plain); a truncated gzip keeps what was readable."""
+    """(text lines of a dump (gzip or plain), lines left out): a line longer than
+    ``MAX_LINE_CHARS`` is skipped and counted without being held whole (read in pieces of
+    that size); a truncated gzip keeps what was readable and counts one more."""
     opener = gzip.open if path.suffix == ".gz" else open
     lines: list[str] = []
+    skipped = 0
     try:
         with opener(path, "rt", errors="replace") as f:
-            for line in f:
-                lines.append(line)
+            while line := f.readline(MAX_LINE_CHARS):
+                if len(line) < MAX_LINE_CHARS or line.endswith("\n"):
+                    lines.append(line)
+                    continue
+                skipped += 1
+                while (rest := f.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                    pass  # the rest of the over-long line, a piece at a time
     except (EOFError, OSError, zlib.error):
-        return lines, 1
-    return lines, 0
+        return lines, skipped + 1
+    return lines, skipped
+
+
+def _inside(path: Path, run_dir: Path) -> bool:
+    """Whether ``path`` is a plain file of ``run_dir``'s trajectories (no link leaving it)."""
+    folder = (run_dir / TRAJECTORIES).resolve()
+    return not path.is_symlink() and path.resolve().parent == folder
 
 
 def _group_of(line: str) -> int | None:
@@ -200,8 +219,9 @@ def load_run(run_dir: Path, sampling: Sampling | None = None) -> RunData:
             "(a half-written last line is what a run killed mid-write leaves)",
             stacklevel=2,
         )
-    files = trajectory_files(run_dir)
-    if not (config or metrics or files):
+    listed = trajectory_files(run_dir)
+    files = [(it, path) for it, path in listed if _inside(path, run_dir)]
+    if not (config or metrics or listed):
         raise ValueError(
             f"{str(run_dir)!r} has no config.yaml, metrics.jsonl or trajectories/: "
             "not a cairn run directory"
@@ -214,5 +234,5 @@ def load_run(run_dir: Path, sampling: Sampling | None = None) -> RunData:
         dump = read_dump(path, it, sampling)
         data.skipped += dump.skipped
         data.dumps.append(dump)
-    data.skipped += bad
+    data.skipped += bad + len(listed) - len(files)  # dumps that are links out of the run
     return data

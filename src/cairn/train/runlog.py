@@ -72,6 +72,9 @@ class RunLog:
             loggers = log_cfg.get("loggers") or ["jsonl"]
         self.digits = log_cfg.get("trajectory_digits", 7) if digits == -1 else digits
         self.loggers = LoggerSet(loggers, run_dir, config, say=self.say)
+        # Rows logged since the last checkpoint: the trainer stores them in the next one, so
+        # a row metrics.jsonl loses later is rebuilt on resume (``truncate_after``).
+        self.unsaved_rows: list[dict[str, Any]] = []
         if self.loggers.active:
             atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -79,17 +82,24 @@ class RunLog:
         """Finish the external loggers (idempotent; also runs at interpreter exit)."""
         self.loggers.close()
 
-    def truncate_after(self, iteration: int) -> None:
+    def truncate_after(self, iteration: int, saved_rows: Sequence[dict[str, Any]] = ()) -> None:
         """Forget metrics and trajectories of iterations after ``iteration`` (resume), and a
-        half-written last metrics line (a kill mid-write)."""
+        half-written last metrics line (a kill mid-write); then put back, from
+        ``saved_rows`` (the checkpoint's copy), each row up to ``iteration`` that the file
+        lacks (e.g. that torn line, when the checkpoint covers its iteration)."""
         if rundir.keep_metrics(self.dir, iteration):
             self.say("[yellow]metrics.jsonl: dropped a half-written last line[/yellow]")
+        rows = [r for r in saved_rows if r.get("iteration", iteration + 1) <= iteration]
+        if rebuilt := rundir.restore_metrics(self.dir, rows):
+            self.say(f"metrics.jsonl: rebuilt iteration(s) {rebuilt} from the checkpoint")
         for it, path in rundir.trajectory_files(self.dir, every=True):
             if it > iteration:
                 path.unlink()
 
     def metrics(self, row: dict[str, Any]) -> None:
-        rundir.append_metrics(self.dir, _clean(row))
+        clean = _clean(row)
+        rundir.append_metrics(self.dir, clean)
+        self.unsaved_rows.append(clean)
         self.loggers.log(row, step=int(row.get("iteration", 0)))
 
     def trajectories(self, iteration: int, records: list[dict[str, Any]]) -> None:

@@ -271,22 +271,23 @@ class Trainer:
         self.log.trajectories(self.iteration, to_records(chosen, **per_step))
 
     def _save(self) -> None:
-        if not self.dist.is_main:  # every rank holds the same weights
-            return
-        extra = {x.name: x.save for x in self.learners}
-        save_checkpoint(
-            self.dir,
-            self.iteration,
-            self.policy.model,
-            self.policy.tokenizer,
-            trainer_state(self),
-            keep=self.cfg.checkpoint.keep,
-            extra=extra,
-        )
+        if self.dist.is_main:  # every rank holds the same weights
+            extra = {x.name: x.save for x in self.learners}
+            save_checkpoint(
+                self.dir,
+                self.iteration,
+                self.policy.model,
+                self.policy.tokenizer,
+                trainer_state(self),
+                keep=self.cfg.checkpoint.keep,
+                extra=extra,
+            )
+        self.log.unsaved_rows.clear()  # now held by the checkpoint
 
     def _restore(self, ckpt: Path) -> None:
-        restore_trainer(self, load_state(ckpt))
-        self.log.truncate_after(self.iteration)
+        state = load_state(ckpt)
+        restore_trainer(self, state)
+        self.log.truncate_after(self.iteration, state.get("metrics", ()))
         self.log.say(f"resumed from {ckpt.name} (iteration {self.iteration})")
 
     def _finish(self, summary: dict[str, Any]) -> None:

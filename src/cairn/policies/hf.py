@@ -59,7 +59,16 @@ class _Trie:
 
 
 class HFPolicy:
-    """Sampling and scoring for any ``AutoModelForCausalLM`` and its tokenizer."""
+    """Sampling and scoring for any ``AutoModelForCausalLM`` and its tokenizer.
+
+    ``drop_finished``: generation drops finished rows (and their KV-cache rows) from the
+    batch once at least half of the running rows are done. The tokens sampled stay the
+    same (the random draws are those of the full batch), but a smaller batch may change
+    the last bits of the logits (BLAS blocking depends on the row count), so it is off by
+    default and the tiny presets' runs stay bit-identical.
+    """
+
+    drop_finished: bool = False
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu"):
         self.model = model.to(device)
@@ -122,34 +131,50 @@ class HFPolicy:
         pos = _positions(attn)
         self.model.eval()
         cache = None
+        live = torch.arange(n)  # the output row of each batch row (all, until rows are dropped)
         for step in range(max_new_tokens):
             out = self.model(
-                input_ids=ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True
+                input_ids=ids,
+                attention_mask=attn,
+                position_ids=pos,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,  # prefill: the head runs on the last position only
             )
             self.forward_tokens += int(attn[:, -ids.shape[1] :].sum())
             cache = out.cache if hasattr(out, "cache") else out.past_key_values
             logits = out.logits[:, -1].float()
             if step == 0:
                 logits = logits[rows]
-            allowed = self._allowed(nodes, finish)
-            toks, lps, ents = self._sample(logits, allowed, temperature, top_p, greedy, generator)
-            for i in range(n):
+            allowed = self._allowed([nodes[i] for i in live], [finish[i] for i in live])
+            toks, lps, ents = self._sample(
+                logits, allowed, temperature, top_p, greedy, generator, _Rows(live, n)
+            )
+            for j, i in enumerate(live.tolist()):
                 if finish[i]:
                     continue
-                tok = int(toks[i])
+                tok = int(toks[j])
                 out_ids[i].append(tok)
-                out_lp[i].append(float(lps[i]))
-                out_ent[i].append(float(ents[i]))
-                if allowed[i] is not None:
-                    out_allowed[i].append(allowed[i])
+                out_lp[i].append(float(lps[j]))
+                out_ent[i].append(float(ents[j]))
+                if allowed[j] is not None:
+                    out_allowed[i].append(allowed[j])
                 finish[i] = self._advance(i, tok, nodes, out_ids[i], stop)
             if all(finish):
                 break
-            if step == 0 and len(index) < n:
-                cache.reorder_cache(rows)
-                attn, pos = attn[rows], pos[rows]
-            ids = toks.view(n, 1).to(self.device)
-            attn = torch.cat([attn, attn.new_ones((n, 1))], dim=1)
+            # The next batch: group members expanded from their shared prefill (step 0),
+            # finished rows dropped once enough are done (``drop_finished``).
+            select = rows if step == 0 and len(index) < n else None
+            keep = self._running(live, finish) if self.drop_finished else None
+            if keep is not None:
+                keep = keep.to(self.device)
+                live, toks = live[keep.cpu()], toks[keep]
+                select = keep if select is None else select[keep]
+            if select is not None:
+                cache.reorder_cache(select)
+                attn, pos = attn[select], pos[select]
+            ids = toks.view(-1, 1).to(self.device)
+            attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
             pos = pos[:, -1:] + 1
         return [
             Generation(
@@ -162,6 +187,15 @@ class HFPolicy:
             )
             for i in range(n)
         ]
+
+    @staticmethod
+    def _running(live: torch.Tensor, finish: list[str]) -> torch.Tensor | None:
+        """Batch positions of the running rows when at least half of the batch is done
+        (and some row still runs), else None (keep the batch as it is)."""
+        running = [j for j, i in enumerate(live.tolist()) if not finish[i]]
+        if not running or 2 * len(running) > len(live):
+            return None
+        return torch.tensor(running, dtype=torch.long)
 
     def _allowed(self, nodes: list, finish: list[str]) -> list[list[int] | None]:
         """Ids each row may emit next (None = any); a finished row gets a dummy [pad]."""
@@ -203,9 +237,11 @@ class HFPolicy:
         top_p: float,
         greedy: bool,
         generator: torch.Generator | None,
+        rows: _Rows | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Tokens (B,), their log-probs (B,) and the entropies (B,) of the restricted,
-        tempered softmax they were drawn from (before top-p truncation, like the log-probs)."""
+        tempered softmax they were drawn from (before top-p truncation, like the log-probs).
+        ``rows``: the B rows are these rows of a larger batch (finished rows dropped)."""
         if not greedy:
             logits = logits / temperature
         if any(a is not None for a in allowed):
@@ -224,7 +260,7 @@ class HFPolicy:
             probs = logp.exp()
             if top_p < 1.0:
                 probs = _top_p_filter(probs, top_p)
-            toks = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            toks = _multinomial(probs, generator, rows)
         return toks, logp.gather(-1, toks[:, None]).squeeze(-1), entropy
 
     # -- scoring ----------------------------------------------------------------------------
@@ -267,6 +303,31 @@ class HFPolicy:
             return logp, None
         ent = torch.where(free, entropy_from_logits(logits), entropy_from_logits(logits, safe))
         return logp, ent
+
+
+@dataclass
+class _Rows:
+    """Batch rows ``index`` (B,) of a batch of ``total`` rows."""
+
+    index: torch.Tensor
+    total: int
+
+
+def _multinomial(
+    probs: torch.Tensor, generator: torch.Generator | None, rows: _Rows | None
+) -> torch.Tensor:
+    """One draw per row of ``probs`` (B, V), as ``torch.multinomial(probs, 1)``.
+
+    When the B rows are part of a larger batch, the draws are those the whole batch would
+    get: torch draws one sample as argmax(p / q) with q ~ Exp(1) of p's shape (the
+    Gumbel-max trick in exponential form), so q is drawn for all ``rows.total`` rows and
+    the running rows' share of it used; the random stream, and so every later token, is
+    the same as when no row was dropped.
+    """
+    if rows is None or len(rows.index) == rows.total:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    q = probs.new_empty((rows.total, probs.shape[-1])).exponential_(1, generator=generator)
+    return (probs / q[rows.index.to(probs.device)]).argmax(-1)
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

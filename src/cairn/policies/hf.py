@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from cairn.data.tokens import ScoreInputs, left_pad
 from cairn.losses import entropy_from_logits, logprobs_from_logits
+from cairn.losses.logprobs import logprobs_from_hidden
 
 __all__ = ["Generation", "HFPolicy"]
 
@@ -65,10 +66,12 @@ class HFPolicy:
     batch once at least half of the running rows are done. The tokens sampled stay the
     same (the random draws are those of the full batch), but a smaller batch may change
     the last bits of the logits (BLAS blocking depends on the row count), so it is off by
-    default and the tiny presets' runs stay bit-identical.
+    default and the tiny presets' runs stay bit-identical. ``score_chunk``: response
+    positions per chunk of the output head in ``score`` (peak memory ~ score_chunk x V).
     """
 
     drop_finished: bool = False
+    score_chunk: int = 1024
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu"):
         self.model = model.to(device)
@@ -267,11 +270,47 @@ class HFPolicy:
     def score(
         self, batch: ScoreInputs, temperature: float = 1.0, with_entropy: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher-forced log-probs (B, A) of the action tokens, with gradients, and entropy.
+        """Teacher-forced log-probs (B, A) of the action tokens, with gradients, and entropy
+        (both 0 where ``action_mask`` is False).
 
-        One forward per distinct context; only the logits of its last A positions are
-        computed (``logits_to_keep``) and gathered to the rows that share it.
+        One forward of the decoder per distinct context gives its final hidden states; the
+        output head then runs on the response positions only (``batch.action_mask``),
+        ``score_chunk`` of them at a time (``logprobs_from_hidden``), so no full-vocabulary
+        logits of prompt positions are ever computed and the logits held at once are
+        bounded. Models whose head is not a plain linear layer over the decoder's output
+        (``_decoder_and_head``) take the whole-model path (``_score_logits``).
         """
+        split = _decoder_and_head(self.model)
+        if split is None:
+            return self._score_logits(batch, temperature, with_entropy)
+        decoder, head = split
+        attn = batch.attention_mask.to(self.device)
+        hidden = decoder(
+            input_ids=batch.input_ids.to(self.device),
+            attention_mask=attn,
+            position_ids=_positions(attn),
+            use_cache=False,
+        ).last_hidden_state  # (U, L, H)
+        self.forward_tokens += int(attn.sum())
+        mask = batch.action_mask.to(self.device)
+        rows, cols = mask.nonzero(as_tuple=True)  # (N,) response positions
+        # The logits at context column L - A + j predict action column j.
+        at = hidden.shape[1] - mask.shape[1] + cols
+        h = hidden[batch.context.to(self.device)[rows], at]  # (N, H)
+        allowed = None if batch.allowed is None else batch.allowed.to(self.device)[rows, cols]
+        lp, ent = logprobs_from_hidden(
+            h, head, batch.actions.to(self.device)[rows, cols], allowed,
+            temperature=temperature, chunk=self.score_chunk, with_entropy=with_entropy,
+        )  # fmt: skip
+        zeros = lp.new_zeros(mask.shape)  # (B, A)
+        logp = zeros.index_put((rows, cols), lp)
+        return logp, (zeros.index_put((rows, cols), ent) if ent is not None else None)
+
+    def _score_logits(
+        self, batch: ScoreInputs, temperature: float, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``score`` through the whole model: logits (U, A, V) of every context's last A
+        positions (``logits_to_keep``), gathered to the rows that share it."""
         attn = batch.attention_mask.to(self.device)
         a_width = batch.actions.shape[1]
         out = self.model(
@@ -303,6 +342,27 @@ class HFPolicy:
             return logp, None
         ent = torch.where(free, entropy_from_logits(logits), entropy_from_logits(logits, safe))
         return logp, ent
+
+
+# Config fields of models whose logits are not just the head applied to the decoder's
+# output (Gemma 2's soft-capping, Cohere's scale, Granite's divisor): they keep the
+# whole-model scoring path.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(decoder, output head) of a causal LM whose logits are ``head(decoder(...))``
+    (a PEFT wrapper forwards both to its base model), else None."""
+    try:
+        decoder, head = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    config = getattr(model, "config", None)
+    if not isinstance(head, torch.nn.Linear) or decoder is None or decoder is model:
+        return None
+    if any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS):
+        return None
+    return decoder, head
 
 
 @dataclass

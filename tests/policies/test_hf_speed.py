@@ -8,7 +8,7 @@ import torch
 
 from cairn.envs import make
 from cairn.policies import HFPolicy, local_tokenizer
-from cairn.policies.hf import _multinomial, _Rows
+from cairn.policies.hf import _cache_kwarg, _multinomial, _Rows
 from cairn.policies.tiny import build_tiny_model, tiny_config
 
 # Words the random tiny model writes often: as stop strings they end most rows early.
@@ -102,3 +102,17 @@ def test_multinomial_on_a_subset_draws_what_the_whole_batch_would():
     assert part.tolist() == full[rows].tolist()
     whole = _multinomial(probs, torch.Generator().manual_seed(9), _Rows(torch.arange(6), 6))
     assert whole.tolist() == full.tolist()
+
+
+def test_the_kv_cache_goes_under_the_name_the_model_takes():
+    # transformers 5.2x names it ``cache``; 5.17 (the GPU check's machine) past_key_values.
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs):
+            return input_ids
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs):
+            return input_ids
+
+    assert _cache_kwarg(Old()) == "past_key_values"
+    assert _cache_kwarg(New()) == "cache"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from inspect import signature
 
 import torch
 import torch.nn.functional as F
@@ -140,7 +141,7 @@ class HFPolicy:
                 input_ids=ids,
                 attention_mask=attn,
                 position_ids=pos,
-                cache=cache,
+                **{_cache_kwarg(self.model): cache},
                 use_cache=True,
                 logits_to_keep=1,  # prefill: the head runs on the last position only
             )
@@ -342,6 +343,19 @@ class HFPolicy:
             return logp, None
         ent = torch.where(free, entropy_from_logits(logits), entropy_from_logits(logits, safe))
         return logp, ent
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """The name the model's forward takes its KV cache under: ``cache`` from transformers
+    5.2x on, ``past_key_values`` before (5.17, the GPU check's machine); a PEFT wrapper's
+    base model decides."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _cache_kwarg_of(type(base))
+
+
+@lru_cache(maxsize=64)
+def _cache_kwarg_of(cls: type) -> str:
+    return "cache" if "cache" in signature(cls.forward).parameters else "past_key_values"
 
 
 # Config fields of models whose logits are not just the head applied to the decoder's

@@ -92,8 +92,9 @@ def logprobs_from_hidden(
 
     hidden (N, H): final hidden states of the positions that predict ``tokens`` (N,);
     head: (n, H) -> (n, V) logits (the model's output layer); allowed (N, K) or None, as in
-    ``logprobs_from_logits``. With gradients on, each chunk is recomputed in the backward
-    pass instead of keeping its logits, so peak memory is about chunk x V floats.
+    ``logprobs_from_logits``. With gradients on and more than one chunk, each chunk is
+    recomputed in the backward pass instead of keeping its logits, so peak memory is about
+    chunk x V floats.
     """
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
         raise ValueError(f"hidden must be an (N, H) tensor, got {describe(hidden)}")
@@ -113,7 +114,9 @@ def logprobs_from_hidden(
         lp = logprobs_from_logits(z, tok[None], ids)[0]  # (n,)
         return (lp, entropy_from_logits(z, ids)[0]) if with_entropy else (lp,)
 
-    grad = torch.is_grad_enabled()
+    # One chunk: its logits are alive at the peak either way, so recomputing them in the
+    # backward pass would only cost time (the tiny default's whole minibatch is one chunk).
+    grad = torch.is_grad_enabled() and len(hidden) > chunk
     outs = []
     for lo in range(0, len(hidden), chunk):
         args = (hidden[lo : lo + chunk], tokens[lo : lo + chunk])

@@ -406,10 +406,12 @@ def step_vllm(args) -> dict:
         print(f"gpu_check: {line}", flush=True)
         return {"skipped": line}
     out = {}
+    paths = [str(ROOT / "src"), os.environ.get("PYTHONPATH", ""), str(ROOT / "_site")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     for script, extra in (("gpu_check_vllm.py", ["--iterations", "3"]),
                           ("gpu_check_verl.py", ["--steps", "2"])):  # fmt: skip
         proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *extra],
-                              check=False, timeout=240)  # fmt: skip
+                              env=env, check=False, timeout=240)  # fmt: skip
         out[script] = proc.returncode
     return out
 
@@ -458,7 +460,8 @@ def report(r: dict) -> str:
         f"Measured {r['date']} on {r.get('gpu', 'CPU (dry run)')}: torch {r['torch']} "
         f"(CUDA {r['cuda']}), transformers {r['transformers']}, Python {r['python']}, by "
         "`python benchmarks/gpu_check.py` from the folder of `benchmarks/gpu_bundle.py`. "
-        "Models built from configs with random weights (bf16, sdpa).",
+        "Models built from configs with random weights ("
+        + ("fp32, eager, 2-layer widths: a dry run)." if r["dry_run"] else "bf16, sdpa)."),
         "",
         "| model | params (M) | gen tokens/s | gen MFU | train tokens/s | train MFU | "
         "train peak GiB |",

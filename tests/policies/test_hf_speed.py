@@ -116,3 +116,23 @@ def test_the_kv_cache_goes_under_the_name_the_model_takes():
 
     assert _cache_kwarg(Old()) == "past_key_values"
     assert _cache_kwarg(New()) == "cache"
+
+
+def test_rows_dropped_right_after_the_shared_prefill(llama):
+    # Odd rows choose between two one-token actions and end at the first token: half the
+    # batch is done at step 0, where the cache is also expanded from 8 prefills to 12 rows.
+    policy, prompts = llama
+    choices = [["up", "down"] if i % 2 else None for i in range(12)]
+    runs = {}
+    for drop in (False, True):
+        policy.drop_finished, policy.forward_tokens = drop, 0
+        outs = policy.generate(
+            prompts, max_new_tokens=6, choices=choices, generator=torch.Generator().manual_seed(3)
+        )
+        runs[drop] = ([o.token_ids for o in outs], [o.logprobs for o in outs])
+        runs[drop, "tokens"] = policy.forward_tokens
+    assert runs[True] == runs[False]
+    assert [len(t) for t in runs[True][0]] == [6, 1, 6, 1, 3, 1, 6, 1, 6, 1, 6, 1]
+    # 188 prefill tokens + 5 decode steps: 12 rows each kept (60); dropped, the 6 free rows
+    # (one ends after 3 tokens, too few to drop again): 6 x 5 = 30.
+    assert (runs[False, "tokens"], runs[True, "tokens"]) == (248, 218)

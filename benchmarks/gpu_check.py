@@ -19,10 +19,11 @@ lacks is unpacked from ``wheels/`` (the bundle's, chosen by the interpreter's wh
 into ``_site/``, which goes on ``sys.path`` after the interpreter's own packages.
 
 Numbers. Generation: ``HFPolicy.generate`` on ``gen_rows`` prompts of ``gen_prompt``
-tokens, ``gen_new`` new tokens each (no early end), tokens/s = rows x new / seconds, MFU
-from 2 N FLOPs per token (N: parameters less the input embedding). Training: one
-minibatch of ``train_rows`` rows (``train_prompt`` + ``train_response`` tokens) scored with
-``HFPolicy.score``, backward and an AdamW step; tokens/s counts context tokens; FLOPs are
+tokens, ``gen_new`` new tokens each (no early end), tokens/s = rows x new / seconds; MFU
+from 2 N_body FLOPs per prompt and new token plus 2 V H per new token (the head; N_body:
+parameters less the tied embedding V x H). Training: one minibatch of ``train_rows`` rows
+(``train_prompt`` + ``train_response`` tokens) scored with ``HFPolicy.score``, backward
+and an AdamW step; tokens/s counts context tokens; FLOPs are
 6 N_body T (the decoder on every context token) + 6 V H R (the head on the R response
 tokens) + 6 L H S T (causal attention, S the mean context length). MFU divides by the
 device's dense bf16 peak (``PEAK_TFLOPS`` by name, or ``--peak-tflops``). Agreement: mean
@@ -234,8 +235,11 @@ def step_generation(size: str, args, sizes: dict) -> dict:
     row = {"size": size, "params_m": n["params"] / 1e6, "gen_tokens": tokens}
     row.update(gen_seconds=seconds, gen_tokens_per_s=tokens / seconds)
     peak = _peak(args)
-    if peak:
-        row["gen_mfu"] = 2 * n["body"] * tokens / seconds / peak
+    if peak:  # prefill and decode through the body, the head once per new token
+        prefill = sizes["gen_rows"] * sizes["gen_prompt"]
+        row["gen_mfu"] = (
+            (2 * n["body"] * (prefill + tokens) + 2 * n["emb"] * tokens) / seconds / peak
+        )
     return row
 
 

@@ -36,9 +36,11 @@ __all__ = [
     "ScoreInputs",
     "TokenBatch",
     "collate_scoring",
+    "extends",
     "left_pad",
     "pack_episode",
     "right_align",
+    "runs",
 ]
 
 
@@ -172,8 +174,8 @@ class TokenBatch:
     ) -> TokenBatch:
         """Rows in episode order (the order of `to_step_batch`); advantages (N,).
 
-        With ``pack``, each episode whose turn prompts extend each other is one row
-        (``pack_episode``); the others keep one row per step."""
+        With ``pack``, each run of an episode's turns whose prompts extend each other is
+        one row (``runs``, ``pack_episode``); the other steps keep one row each."""
         steps = [s for e in episodes for s in e.steps]
         if len(steps) != len(advantages):
             raise ValueError(f"{len(advantages)} advantages for {len(steps)} steps")
@@ -250,18 +252,11 @@ class PackedRow:
 
 
 def pack_episode(steps: Sequence[Step]) -> PackedRow | None:
-    """The packed row of an episode's ``steps``, or None when they cannot be packed: fewer
-    than 2 steps, a step trained on another prompt (``train_prompt_ids``), steps with
-    different flags, or a turn prompt that does not start with the previous turn's
-    prompt + action ids (a history window cut it, or the prompt was re-rendered)."""
-    if len(steps) < 2 or any(s.train_prompt_ids is not None for s in steps):
+    """The packed row of ``steps`` (an episode's, or a run of its turns), or None when
+    they cannot be packed: fewer than 2 steps, or two successive steps that do not extend
+    each other (``extends``)."""
+    if len(steps) < 2 or not all(extends(a, b) for a, b in pairwise(steps)):
         return None
-    if any(s.flags != steps[0].flags for s in steps):
-        return None
-    for a, b in pairwise(steps):
-        head = [*a.prompt_ids, *a.action_ids]
-        if b.prompt_ids[: len(head)] != head:
-            return None
     first = len(steps[0].prompt_ids)
     last = steps[-1]
     span = [*last.prompt_ids[first:], *last.action_ids]
@@ -280,25 +275,56 @@ def pack_episode(steps: Sequence[Step]) -> PackedRow | None:
     return PackedRow(steps[0].prompt_ids, span, is_action, logprobs, turn, allowed, loss_mask)
 
 
+def _step_row(s: Step, adv: float, index: int) -> tuple:
+    """One step's row of ``_packed``: its tokens all actions, its advantage on each."""
+    k = len(s.action_ids)
+    prompt = s.prompt_ids if s.train_prompt_ids is None else s.train_prompt_ids
+    loss = [True] * k if s.loss_mask is None else [bool(x) for x in s.loss_mask]
+    return (prompt, s.action_ids, s.logprobs, s.allowed, [adv] * k, loss, [True] * k, index)
+
+
+def extends(a: Step, b: Step) -> bool:
+    """Whether step ``b``'s prompt starts with step ``a``'s prompt + action ids (no history
+    window cut it, nothing re-rendered it), both are trained on the prompts they were
+    sampled from (no ``train_prompt_ids``) and they carry the same flags."""
+    if a.train_prompt_ids is not None or b.train_prompt_ids is not None or a.flags != b.flags:
+        return False
+    head = len(a.prompt_ids) + len(a.action_ids)
+    return b.prompt_ids[: len(a.prompt_ids)] == a.prompt_ids and (
+        b.prompt_ids[len(a.prompt_ids) : head] == a.action_ids
+    )
+
+
+def runs(steps: Sequence[Step]) -> list[range]:
+    """The episode's turns cut into maximal runs of steps that extend each other
+    (``extends``): a whole episode on the chat path without a history cut; where a
+    context limit drops old turns, a new run starts at each cut."""
+    out, start = [], 0
+    for i in range(1, len(steps) + 1):
+        if i == len(steps) or not extends(steps[i - 1], steps[i]):
+            out.append(range(start, i))
+            start = i
+    return out
+
+
 def _packed(episodes: Sequence[Episode], adv: np.ndarray, pad_id: int) -> TokenBatch:
-    """The token batch with every packable episode as one row (``pack_episode``) and the
-    rest one row per step; per-token advantages and masks for both kinds of row."""
+    """The token batch with every run of turns that extend each other (``runs``) as one
+    row (``pack_episode``) and every other step as its own row; per-token advantages and
+    masks for both kinds of row."""
     if not any(e.steps for e in episodes):
         return TokenBatch([], [], [], np.zeros(0), [], pad_id=pad_id)
     rows: list[tuple] = []  # (prompt, span, logprobs, allowed, advantages, loss, action, step)
     offset = 0
     for e in episodes:
-        packed = pack_episode(e.steps)
-        if packed is not None:
-            a = [float(adv[offset + t]) if t >= 0 else 0.0 for t in packed.turn]
-            rows.append((packed.prompt, packed.span, packed.logprobs, packed.allowed, a,
-                         packed.loss_mask, packed.is_action, offset))  # fmt: skip
-        for t, s in enumerate(e.steps if packed is None else ()):
-            k = len(s.action_ids)
-            prompt = s.prompt_ids if s.train_prompt_ids is None else s.train_prompt_ids
-            loss = [True] * k if s.loss_mask is None else [bool(x) for x in s.loss_mask]
-            rows.append((prompt, s.action_ids, s.logprobs, s.allowed,
-                         [float(adv[offset + t])] * k, loss, [True] * k, offset + t))  # fmt: skip
+        for run in runs(e.steps):
+            packed = pack_episode([e.steps[i] for i in run])
+            if packed is not None:
+                a = [float(adv[offset + run[t]]) if t >= 0 else 0.0 for t in packed.turn]
+                rows.append((packed.prompt, packed.span, packed.logprobs, packed.allowed, a,
+                             packed.loss_mask, packed.is_action, offset + run[0]))  # fmt: skip
+                continue
+            for t in run:
+                rows.append(_step_row(e.steps[t], float(adv[offset + t]), offset + t))
         offset += len(e.steps)
     cols = [list(c) for c in zip(*rows, strict=True)]
     prompt, span, logprobs, allowed, token_adv, loss, action, step = cols

@@ -82,6 +82,8 @@ def test_without_entropy_and_without_gradients():
     assert ent is None and lp.shape == (11,) and not lp.requires_grad
     empty, ent0 = logprobs_from_hidden(hidden[:0], head, tokens[:0])
     assert empty.shape == (0,) and ent0.shape == (0,)
+    empty.sum().backward()  # a minibatch without response tokens still backpropagates
+    assert hidden.grad is not None and not hidden.grad.any()
 
 
 @pytest.mark.parametrize(

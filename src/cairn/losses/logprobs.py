@@ -125,8 +125,8 @@ def logprobs_from_hidden(
             outs.append(checkpoint(part, *args, ids, use_reentrant=False, preserve_rng_state=False))
         else:
             outs.append(part(*args, ids))
-    if not outs:  # no position: empty results of the right dtype
-        empty = hidden.new_zeros(0, dtype=torch.float32)
+    if not outs:  # no position: empty results, still attached to hidden's graph
+        empty = hidden[:, :1].float().sum(-1)  # (0,)
         return empty, (empty if with_entropy else None)
     logp = torch.cat([o[0] for o in outs])
     return logp, (torch.cat([o[1] for o in outs]) if with_entropy else None)

@@ -8,19 +8,40 @@ Collated layout (`ScoreInputs`): each distinct context (prompt + action minus it
 token) once, left-padded so every context ends in the last column; action tokens are
 right-aligned in A columns. The model then needs logits for the last A positions only,
 and a step revisited by several episodes of a group costs one forward, not several.
+
+Packed episodes (``TokenBatch.from_episodes(..., pack=True)``): when every turn's prompt
+of an episode is the previous turn's prompt + its sampled ids + new text (the chat prompt
+style without a history cut), the episode is one row: its first prompt, then everything
+after it up to the last action as the "action" span, with the env's text between actions
+masked out (``token_mask``) and each turn's advantage on its own tokens
+(``token_advantages``). A T-turn episode then costs one forward over its last prompt
+instead of T forwards over ever longer prompts (O(T) prompt tokens instead of O(T^2)),
+with the same log-probs at every action token. Other episodes keep one row per turn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import torch
 
 from cairn.data.episode import SOURCE_FLAGS, Episode, Step
 
-__all__ = ["Minibatch", "ScoreInputs", "TokenBatch", "collate_scoring", "left_pad", "right_align"]
+__all__ = [
+    "Minibatch",
+    "PackedRow",
+    "ScoreInputs",
+    "TokenBatch",
+    "collate_scoring",
+    "extends",
+    "left_pad",
+    "pack_episode",
+    "right_align",
+    "runs",
+]
 
 
 @dataclass
@@ -140,15 +161,26 @@ class TokenBatch:
     ref_logprobs: list[list[float]] | None = None
     loss_mask: list[list[bool]] | None = None
     pad_id: int = 0
+    token_advantages: list[list[float]] | None = None  # per token; replaces ``advantages``
+    token_mask: list[list[bool]] | None = None  # per token; False: not an action token
 
     @classmethod
     def from_episodes(
-        cls, episodes: Sequence[Episode], advantages: np.ndarray, pad_id: int = 0
+        cls,
+        episodes: Sequence[Episode],
+        advantages: np.ndarray,
+        pad_id: int = 0,
+        pack: bool = False,
     ) -> TokenBatch:
-        """Rows in episode order (the order of `to_step_batch`); advantages (N,)."""
+        """Rows in episode order (the order of `to_step_batch`); advantages (N,).
+
+        With ``pack``, each run of an episode's turns whose prompts extend each other is
+        one row (``runs``, ``pack_episode``); the other steps keep one row each."""
         steps = [s for e in episodes for s in e.steps]
         if len(steps) != len(advantages):
             raise ValueError(f"{len(advantages)} advantages for {len(steps)} steps")
+        if pack:
+            return _packed(episodes, np.asarray(advantages, dtype=np.float64), pad_id)
         loss_mask = None
         if any(s.loss_mask is not None for s in steps):
             loss_mask = [s.loss_mask or [True] * len(s.action_ids) for s in steps]
@@ -177,8 +209,14 @@ class TokenBatch:
             pad_id=self.pad_id,
         )
         width = inputs.actions.shape[1]
+        if self.token_mask is not None:  # packed rows: only action tokens are scored
+            keep = right_align([[float(x) for x in self.token_mask[i]] for i in idx], width)
+            inputs.action_mask = inputs.action_mask & keep.bool()
         mask = inputs.action_mask
-        adv = torch.as_tensor(self.advantages[idx], dtype=torch.float32)[:, None] * mask
+        if self.token_advantages is not None:
+            adv = right_align([self.token_advantages[i] for i in idx], width) * mask
+        else:
+            adv = torch.as_tensor(self.advantages[idx], dtype=torch.float32)[:, None] * mask
         ref = None
         if self.ref_logprobs is not None:
             ref = right_align([self.ref_logprobs[i] for i in idx], width)
@@ -194,6 +232,111 @@ class TokenBatch:
             ref_logprobs=ref,
             loss_mask=loss_mask,
         )
+
+
+@dataclass
+class PackedRow:
+    """One episode as one row: ``prompt`` (the first turn's), ``span`` (everything after it
+    to the end of the last action) and per-span-token lists: ``is_action``, behaviour
+    ``logprobs`` (0 off actions), ``turn`` (the step index within the episode, -1 off
+    actions), ``allowed`` (None when no step is restricted; [] off actions) and
+    ``loss_mask``."""
+
+    prompt: list[int]
+    span: list[int]
+    is_action: list[bool]
+    logprobs: list[float]
+    turn: list[int]
+    allowed: list[list[int]] | None
+    loss_mask: list[bool]
+
+
+def pack_episode(steps: Sequence[Step]) -> PackedRow | None:
+    """The packed row of ``steps`` (an episode's, or a run of its turns), or None when
+    they cannot be packed: fewer than 2 steps, or two successive steps that do not extend
+    each other (``extends``)."""
+    if len(steps) < 2 or not all(extends(a, b) for a, b in pairwise(steps)):
+        return None
+    first = len(steps[0].prompt_ids)
+    last = steps[-1]
+    span = [*last.prompt_ids[first:], *last.action_ids]
+    is_action, logprobs, turn = [False] * len(span), [0.0] * len(span), [-1] * len(span)
+    restricted = any(s.allowed is not None for s in steps)
+    allowed: list[list[int]] | None = [[] for _ in span] if restricted else None
+    loss_mask = [False] * len(span)
+    for t, s in enumerate(steps):
+        start = len(s.prompt_ids) - first
+        for j in range(len(s.action_ids)):
+            k = start + j
+            is_action[k], logprobs[k], turn[k] = True, s.logprobs[j], t
+            loss_mask[k] = True if s.loss_mask is None else bool(s.loss_mask[j])
+            if allowed is not None and s.allowed is not None:
+                allowed[k] = list(s.allowed[j])
+    return PackedRow(steps[0].prompt_ids, span, is_action, logprobs, turn, allowed, loss_mask)
+
+
+def _step_row(s: Step, adv: float, index: int) -> tuple:
+    """One step's row of ``_packed``: its tokens all actions, its advantage on each."""
+    k = len(s.action_ids)
+    prompt = s.prompt_ids if s.train_prompt_ids is None else s.train_prompt_ids
+    loss = [True] * k if s.loss_mask is None else [bool(x) for x in s.loss_mask]
+    return (prompt, s.action_ids, s.logprobs, s.allowed, [adv] * k, loss, [True] * k, index)
+
+
+def extends(a: Step, b: Step) -> bool:
+    """Whether step ``b``'s prompt starts with step ``a``'s prompt + action ids (no history
+    window cut it, nothing re-rendered it), both are trained on the prompts they were
+    sampled from (no ``train_prompt_ids``) and they carry the same flags."""
+    if a.train_prompt_ids is not None or b.train_prompt_ids is not None or a.flags != b.flags:
+        return False
+    head = len(a.prompt_ids) + len(a.action_ids)
+    return b.prompt_ids[: len(a.prompt_ids)] == a.prompt_ids and (
+        b.prompt_ids[len(a.prompt_ids) : head] == a.action_ids
+    )
+
+
+def runs(steps: Sequence[Step]) -> list[range]:
+    """The episode's turns cut into maximal runs of steps that extend each other
+    (``extends``): a whole episode on the chat path without a history cut; where a
+    context limit drops old turns, a new run starts at each cut."""
+    out, start = [], 0
+    for i in range(1, len(steps) + 1):
+        if i == len(steps) or not extends(steps[i - 1], steps[i]):
+            out.append(range(start, i))
+            start = i
+    return out
+
+
+def _packed(episodes: Sequence[Episode], adv: np.ndarray, pad_id: int) -> TokenBatch:
+    """The token batch with every run of turns that extend each other (``runs``) as one
+    row (``pack_episode``) and every other step as its own row; per-token advantages and
+    masks for both kinds of row."""
+    if not any(e.steps for e in episodes):
+        return TokenBatch([], [], [], np.zeros(0), [], pad_id=pad_id)
+    rows: list[tuple] = []  # (prompt, span, logprobs, allowed, advantages, loss, action, step)
+    offset = 0
+    for e in episodes:
+        for run in runs(e.steps):
+            packed = pack_episode([e.steps[i] for i in run])
+            if packed is not None:
+                a = [float(adv[offset + run[t]]) if t >= 0 else 0.0 for t in packed.turn]
+                rows.append((packed.prompt, packed.span, packed.logprobs, packed.allowed, a,
+                             packed.loss_mask, packed.is_action, offset + run[0]))  # fmt: skip
+                continue
+            for t in run:
+                rows.append(_step_row(e.steps[t], float(adv[offset + t]), offset + t))
+        offset += len(e.steps)
+    cols = [list(c) for c in zip(*rows, strict=True)]
+    prompt, span, logprobs, allowed, token_adv, loss, action, step = cols
+    flags = _flags(episodes, [s for e in episodes for s in e.steps])
+    pick = np.asarray(step, dtype=np.int64)  # a packed row's steps all have equal flags
+    return TokenBatch(
+        prompt_ids=prompt, action_ids=span, old_logprobs=logprobs,
+        advantages=np.array([r[0] if r else 0.0 for r in token_adv]), allowed=allowed,
+        flags={k: v[pick] for k, v in flags.items()},
+        loss_mask=None if all(all(m) for m in loss) else loss,
+        pad_id=pad_id, token_advantages=token_adv, token_mask=action,
+    )  # fmt: skip
 
 
 def _flags(episodes: Sequence[Episode], steps: Sequence[Step]) -> dict[str, np.ndarray]:

@@ -14,15 +14,25 @@ Memory: no (B, T, V) log_softmax copy is kept. The log-probability needs one gat
 one logsumexp; the entropy keeps the softmax (needed for its gradient) and contracts it
 with the logits without a further (B, T, V) product. float16/bfloat16 logits are upcast to
 float32 first, because a half-precision logsumexp is too coarse for importance ratios.
+
+``logprobs_from_hidden`` starts one step earlier, from the final hidden states of the
+response positions only (N, H) and the model's output head: it applies the head and the
+formulas above to ``chunk`` positions at a time, each chunk under activation checkpointing,
+so neither the forward nor the backward pass holds more than one chunk's (chunk, V)
+logits, whatever the number of positions (the idea of verl's and Liger's fused or chunked
+linear cross-entropy, here for log-probs and entropy under any loss).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from cairn.losses._checks import describe
 
-__all__ = ["entropy_from_logits", "logprobs_from_logits"]
+__all__ = ["entropy_from_logits", "logprobs_from_hidden", "logprobs_from_logits"]
 
 
 def logprobs_from_logits(
@@ -65,6 +75,61 @@ def entropy_from_logits(logits: torch.Tensor, allowed: torch.Tensor | None = Non
         z_free = z[free]  # (N, V)
         h = h.index_put((free,), _entropy(z_free, z_free))
     return h
+
+
+def logprobs_from_hidden(
+    hidden: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    tokens: torch.Tensor,
+    allowed: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    chunk: int = 1024,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(tokens) (N,) and entropy (N,) (None without ``with_entropy``) of the softmax
+    of ``head(hidden) / temperature``, ``chunk`` positions at a time.
+
+    hidden (N, H): final hidden states of the positions that predict ``tokens`` (N,);
+    head: (n, H) -> (n, V) logits (the model's output layer); allowed (N, K) or None, as in
+    ``logprobs_from_logits``. With gradients on and more than one chunk, each chunk is
+    recomputed in the backward pass instead of keeping its logits, so peak memory is about
+    chunk x V floats.
+    """
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
+        raise ValueError(f"hidden must be an (N, H) tensor, got {describe(hidden)}")
+    if not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a positive number of positions, got {chunk!r}")
+    if not isinstance(tokens, torch.Tensor) or tokens.shape != hidden.shape[:1]:
+        raise ValueError(
+            f"tokens must be an (N,) = ({len(hidden)},) tensor, got {describe(tokens)}"
+        )
+    if allowed is not None and (allowed.dim() != 2 or len(allowed) != len(hidden)):
+        raise ValueError(f"allowed must be an (N, K) tensor with N = {len(hidden)}, "
+                         f"got {describe(allowed)}")  # fmt: skip
+
+    def part(h: torch.Tensor, tok: torch.Tensor, ids: torch.Tensor | None) -> tuple:
+        z = head(h[None]).float() / temperature  # (1, n, V)
+        ids = None if ids is None else ids[None]
+        lp = logprobs_from_logits(z, tok[None], ids)[0]  # (n,)
+        return (lp, entropy_from_logits(z, ids)[0]) if with_entropy else (lp,)
+
+    # One chunk: its logits are alive at the peak either way, so recomputing them in the
+    # backward pass would only cost time (the tiny default's whole minibatch is one chunk).
+    grad = torch.is_grad_enabled() and len(hidden) > chunk
+    outs = []
+    for lo in range(0, len(hidden), chunk):
+        args = (hidden[lo : lo + chunk], tokens[lo : lo + chunk])
+        ids = None if allowed is None else allowed[lo : lo + chunk]
+        if grad:
+            outs.append(checkpoint(part, *args, ids, use_reentrant=False, preserve_rng_state=False))
+        else:
+            outs.append(part(*args, ids))
+    if not outs:  # no position: empty results, still attached to hidden's graph
+        empty = hidden[:, :1].float().sum(-1)  # (0,)
+        return empty, (empty if with_entropy else None)
+    logp = torch.cat([o[0] for o in outs])
+    return logp, (torch.cat([o[1] for o in outs]) if with_entropy else None)
 
 
 def _entropy(z: torch.Tensor, z_finite: torch.Tensor) -> torch.Tensor:

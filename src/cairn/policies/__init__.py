@@ -167,7 +167,11 @@ def build_policy(
         with torch.random.fork_rng(devices=[]):  # adapter init from the seed, not global state
             torch.manual_seed(seed)
             model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
-    return HFPolicy(model, tokenizer, device=cfg.device)
+    policy = HFPolicy(model, tokenizer, device=cfg.device)
+    # Pretrained models drop finished rows while generating (not the tiny default: its
+    # recorded runs stay bit-identical; see HFPolicy.drop_finished).
+    policy.drop_finished = cfg.path is not None
+    return policy
 
 
 @contextmanager

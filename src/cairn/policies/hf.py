@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from inspect import signature
 
 import torch
 import torch.nn.functional as F
 
 from cairn.data.tokens import ScoreInputs, left_pad
 from cairn.losses import entropy_from_logits, logprobs_from_logits
+from cairn.losses.logprobs import logprobs_from_hidden
 
 __all__ = ["Generation", "HFPolicy"]
 
@@ -59,7 +61,18 @@ class _Trie:
 
 
 class HFPolicy:
-    """Sampling and scoring for any ``AutoModelForCausalLM`` and its tokenizer."""
+    """Sampling and scoring for any ``AutoModelForCausalLM`` and its tokenizer.
+
+    ``drop_finished``: generation drops finished rows (and their KV-cache rows) from the
+    batch once at least half of the running rows are done. The tokens sampled stay the
+    same (the random draws are those of the full batch), but a smaller batch may change
+    the last bits of the logits (BLAS blocking depends on the row count), so it is off by
+    default and the tiny presets' runs stay bit-identical. ``score_chunk``: response
+    positions per chunk of the output head in ``score`` (peak memory ~ score_chunk x V).
+    """
+
+    drop_finished: bool = False
+    score_chunk: int = 1024
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu"):
         self.model = model.to(device)
@@ -122,34 +135,50 @@ class HFPolicy:
         pos = _positions(attn)
         self.model.eval()
         cache = None
+        live = torch.arange(n)  # the output row of each batch row (all, until rows are dropped)
         for step in range(max_new_tokens):
             out = self.model(
-                input_ids=ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True
+                input_ids=ids,
+                attention_mask=attn,
+                position_ids=pos,
+                **{_cache_kwarg(self.model): cache},
+                use_cache=True,
+                logits_to_keep=1,  # prefill: the head runs on the last position only
             )
             self.forward_tokens += int(attn[:, -ids.shape[1] :].sum())
             cache = out.cache if hasattr(out, "cache") else out.past_key_values
             logits = out.logits[:, -1].float()
             if step == 0:
                 logits = logits[rows]
-            allowed = self._allowed(nodes, finish)
-            toks, lps, ents = self._sample(logits, allowed, temperature, top_p, greedy, generator)
-            for i in range(n):
+            allowed = self._allowed([nodes[i] for i in live], [finish[i] for i in live])
+            toks, lps, ents = self._sample(
+                logits, allowed, temperature, top_p, greedy, generator, _Rows(live, n)
+            )
+            for j, i in enumerate(live.tolist()):
                 if finish[i]:
                     continue
-                tok = int(toks[i])
+                tok = int(toks[j])
                 out_ids[i].append(tok)
-                out_lp[i].append(float(lps[i]))
-                out_ent[i].append(float(ents[i]))
-                if allowed[i] is not None:
-                    out_allowed[i].append(allowed[i])
+                out_lp[i].append(float(lps[j]))
+                out_ent[i].append(float(ents[j]))
+                if allowed[j] is not None:
+                    out_allowed[i].append(allowed[j])
                 finish[i] = self._advance(i, tok, nodes, out_ids[i], stop)
             if all(finish):
                 break
-            if step == 0 and len(index) < n:
-                cache.reorder_cache(rows)
-                attn, pos = attn[rows], pos[rows]
-            ids = toks.view(n, 1).to(self.device)
-            attn = torch.cat([attn, attn.new_ones((n, 1))], dim=1)
+            # The next batch: group members expanded from their shared prefill (step 0),
+            # finished rows dropped once enough are done (``drop_finished``).
+            select = rows if step == 0 and len(index) < n else None
+            keep = self._running(live, finish) if self.drop_finished else None
+            if keep is not None:
+                keep = keep.to(self.device)
+                live, toks = live[keep.cpu()], toks[keep]
+                select = keep if select is None else select[keep]
+            if select is not None:
+                cache.reorder_cache(select)
+                attn, pos = attn[select], pos[select]
+            ids = toks.view(-1, 1).to(self.device)
+            attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
             pos = pos[:, -1:] + 1
         return [
             Generation(
@@ -162,6 +191,15 @@ class HFPolicy:
             )
             for i in range(n)
         ]
+
+    @staticmethod
+    def _running(live: torch.Tensor, finish: list[str]) -> torch.Tensor | None:
+        """Batch positions of the running rows when at least half of the batch is done
+        (and some row still runs), else None (keep the batch as it is)."""
+        running = [j for j, i in enumerate(live.tolist()) if not finish[i]]
+        if not running or 2 * len(running) > len(live):
+            return None
+        return torch.tensor(running, dtype=torch.long)
 
     def _allowed(self, nodes: list, finish: list[str]) -> list[list[int] | None]:
         """Ids each row may emit next (None = any); a finished row gets a dummy [pad]."""
@@ -203,9 +241,11 @@ class HFPolicy:
         top_p: float,
         greedy: bool,
         generator: torch.Generator | None,
+        rows: _Rows | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Tokens (B,), their log-probs (B,) and the entropies (B,) of the restricted,
-        tempered softmax they were drawn from (before top-p truncation, like the log-probs)."""
+        tempered softmax they were drawn from (before top-p truncation, like the log-probs).
+        ``rows``: the B rows are these rows of a larger batch (finished rows dropped)."""
         if not greedy:
             logits = logits / temperature
         if any(a is not None for a in allowed):
@@ -224,18 +264,54 @@ class HFPolicy:
             probs = logp.exp()
             if top_p < 1.0:
                 probs = _top_p_filter(probs, top_p)
-            toks = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            toks = _multinomial(probs, generator, rows)
         return toks, logp.gather(-1, toks[:, None]).squeeze(-1), entropy
 
     # -- scoring ----------------------------------------------------------------------------
     def score(
         self, batch: ScoreInputs, temperature: float = 1.0, with_entropy: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher-forced log-probs (B, A) of the action tokens, with gradients, and entropy.
+        """Teacher-forced log-probs (B, A) of the action tokens, with gradients, and entropy
+        (both 0 where ``action_mask`` is False).
 
-        One forward per distinct context; only the logits of its last A positions are
-        computed (``logits_to_keep``) and gathered to the rows that share it.
+        One forward of the decoder per distinct context gives its final hidden states; the
+        output head then runs on the response positions only (``batch.action_mask``),
+        ``score_chunk`` of them at a time (``logprobs_from_hidden``), so no full-vocabulary
+        logits of prompt positions are ever computed and the logits held at once are
+        bounded. Models whose head is not a plain linear layer over the decoder's output
+        (``_decoder_and_head``) take the whole-model path (``_score_logits``).
         """
+        split = _decoder_and_head(self.model)
+        if split is None:
+            return self._score_logits(batch, temperature, with_entropy)
+        decoder, head = split
+        attn = batch.attention_mask.to(self.device)
+        hidden = decoder(
+            input_ids=batch.input_ids.to(self.device),
+            attention_mask=attn,
+            position_ids=_positions(attn),
+            use_cache=False,
+        ).last_hidden_state  # (U, L, H)
+        self.forward_tokens += int(attn.sum())
+        mask = batch.action_mask.to(self.device)
+        rows, cols = mask.nonzero(as_tuple=True)  # (N,) response positions
+        # The logits at context column L - A + j predict action column j.
+        at = hidden.shape[1] - mask.shape[1] + cols
+        h = hidden[batch.context.to(self.device)[rows], at]  # (N, H)
+        allowed = None if batch.allowed is None else batch.allowed.to(self.device)[rows, cols]
+        lp, ent = logprobs_from_hidden(
+            h, head, batch.actions.to(self.device)[rows, cols], allowed,
+            temperature=temperature, chunk=self.score_chunk, with_entropy=with_entropy,
+        )  # fmt: skip
+        zeros = lp.new_zeros(mask.shape)  # (B, A)
+        logp = zeros.index_put((rows, cols), lp)
+        return logp, (zeros.index_put((rows, cols), ent) if ent is not None else None)
+
+    def _score_logits(
+        self, batch: ScoreInputs, temperature: float, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``score`` through the whole model: logits (U, A, V) of every context's last A
+        positions (``logits_to_keep``), gathered to the rows that share it."""
         attn = batch.attention_mask.to(self.device)
         a_width = batch.actions.shape[1]
         out = self.model(
@@ -267,6 +343,65 @@ class HFPolicy:
             return logp, None
         ent = torch.where(free, entropy_from_logits(logits), entropy_from_logits(logits, safe))
         return logp, ent
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """The name the model's forward takes its KV cache under: ``cache`` from transformers
+    5.2x on, ``past_key_values`` before (5.17, the GPU check's machine); a PEFT wrapper's
+    base model decides."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _cache_kwarg_of(type(base))
+
+
+@lru_cache(maxsize=64)
+def _cache_kwarg_of(cls: type) -> str:
+    return "cache" if "cache" in signature(cls.forward).parameters else "past_key_values"
+
+
+# Config fields of models whose logits are not just the head applied to the decoder's
+# output (Gemma 2's soft-capping, Cohere's scale, Granite's divisor): they keep the
+# whole-model scoring path.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(decoder, output head) of a causal LM whose logits are ``head(decoder(...))``
+    (a PEFT wrapper forwards both to its base model), else None."""
+    try:
+        decoder, head = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    config = getattr(model, "config", None)
+    if not isinstance(head, torch.nn.Linear) or decoder is None or decoder is model:
+        return None
+    if any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS):
+        return None
+    return decoder, head
+
+
+@dataclass
+class _Rows:
+    """Batch rows ``index`` (B,) of a batch of ``total`` rows."""
+
+    index: torch.Tensor
+    total: int
+
+
+def _multinomial(
+    probs: torch.Tensor, generator: torch.Generator | None, rows: _Rows | None
+) -> torch.Tensor:
+    """One draw per row of ``probs`` (B, V), as ``torch.multinomial(probs, 1)``.
+
+    When the B rows are part of a larger batch, the draws are those the whole batch would
+    get: torch draws one sample as argmax(p / q) with q ~ Exp(1) of p's shape (the
+    Gumbel-max trick in exponential form), so q is drawn for all ``rows.total`` rows and
+    the running rows' share of it used; the random stream, and so every later token, is
+    the same as when no row was dropped.
+    """
+    if rows is None or len(rows.index) == rows.total:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    q = probs.new_empty((rows.total, probs.shape[-1])).exponential_(1, generator=generator)
+    return (probs / q[rows.index.to(probs.device)]).argmax(-1)
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -298,6 +298,10 @@ class TrainConfig(_Section):
     )
     max_episodes: int | None = Field(None, gt=0, description="Stop after this many episodes.")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; null = all cores.")
+    pack_episodes: bool = Field(
+        False, description="Train an episode whose turn prompts extend each other as one "
+        "sequence (per-turn advantages on its action tokens); others per turn (docs/scale.md)."
+    )  # fmt: skip
 
 
 class EvalConfig(_Section):
@@ -380,6 +384,18 @@ class Config(_Section):
             raise ValueError(
                 "agent.prompt_style 'chat' with the tiny default needs model.tokenizer "
                 f"'chat' (a tokenizer with a chat template), got {self.model.tokenizer!r}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _packing_needs_token_rows(self) -> Config:
+        if not self.train.pack_episodes:
+            return self
+        if self.loss.agg != "token-mean" or self.critic.enabled or self.rollout.engine != "hf":
+            raise ValueError(
+                "train.pack_episodes needs loss.agg 'token-mean' (a packed episode is one "
+                "sequence), critic.enabled false and rollout.engine 'hf' (they read rows as "
+                f"steps); got {self.loss.agg!r}, {self.critic.enabled}, {self.rollout.engine!r}"
             )
         return self
 

@@ -161,7 +161,9 @@ class Trainer:
             adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-6) if len(adv) > 1 else adv * 0
         t2 = time.perf_counter()
         # --- loss and update -----------------------------------------------------------------
-        tokens = TokenBatch.from_episodes(episodes, adv, pad_id=self.policy.pad_id)
+        tokens = TokenBatch.from_episodes(
+            episodes, adv, pad_id=self.policy.pad_id, pack=cfg.train.pack_episodes
+        )
         if self.ref_model is not None:
             tokens.ref_logprobs = reference_logprobs(
                 self.policy, self.ref_model, tokens, cfg.rollout.temperature

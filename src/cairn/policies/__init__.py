@@ -1,8 +1,9 @@
 """Policies: every model is a transformers ``AutoModelForCausalLM``.
 
 ``build_policy`` gives the tiny default (config + tokenizer built locally from the env's
-vocabulary) or loads any model by local directory or hub name (``model.path``), or a
-checkpoint; optionally with gradient checkpointing and LoRA adapters (``model.lora``, peft).
+vocabulary) or loads any model by local directory, hub name or embedded alias
+(``model.path``, ``cairn.policies.smol``), or a checkpoint; optionally with gradient
+checkpointing and LoRA adapters (``model.lora``, peft).
 A LoRA checkpoint holds only the adapters: the base comes from ``model.path`` (or the tiny
 default, rebuilt from the seed) and the adapters from the checkpoint. Whatever a checkpoint
 needs is read offline (``local_files_only``) and from safetensors only: a base that is a
@@ -24,6 +25,7 @@ from cairn.agent import TEMPLATE_WORDS, format_completion
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation, HFPolicy
 from cairn.policies.lora import LoraSpec, apply_lora, load_adapters
+from cairn.policies.smol import alias_dir, is_alias
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.policies.tokenizer import bpe_tokenizer, chat_tokenizer, word_tokenizer
 
@@ -213,9 +215,12 @@ def _load_weights(source: Path | str, checkpoint: Path | None, **options: Any) -
 
 
 def _model_source(path: str | None) -> Path | str | None:
-    """A local directory, else a hub name ("org/name"), else None (the tiny default)."""
+    """An embedded model's alias (its converted folder, ``cairn.policies.smol``), a local
+    directory, else a hub name ("org/name"), else None (the tiny default)."""
     if path is None:
         return None
+    if is_alias(path):
+        return alias_dir(path)
     local = Path(path).expanduser()
     if local.exists():
         return local

@@ -26,7 +26,7 @@ from cairn.data.tokens import ScoreInputs, left_pad
 from cairn.losses import entropy_from_logits, logprobs_from_logits
 from cairn.losses.logprobs import logprobs_from_hidden
 
-__all__ = ["Generation", "HFPolicy"]
+__all__ = ["Generation", "HFPolicy", "end_token_ids"]
 
 _END = -1  # trie key marking the end of a complete choice
 
@@ -79,6 +79,7 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.eos_id = tokenizer.eos_token_id
+        self.end_ids = end_token_ids(model, tokenizer)  # a sampled one ends the completion
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.forward_tokens = 0  # tokens pushed through the model (prefill + decode)
         self._encode = lru_cache(maxsize=65536)(self._encode_uncached)
@@ -220,7 +221,7 @@ class HFPolicy:
                 return "choice"
             nodes[i] = nodes[i][tok]
             return "choice" if list(nodes[i]) == [_END] else ""
-        if tok == self.eos_id:
+        if tok in self.end_ids:
             return "eos"
         if stop and any(s in self.decode(ids[-8:]) for s in stop):
             return "stop"
@@ -402,6 +403,14 @@ def _multinomial(
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     q = probs.new_empty((rows.total, probs.shape[-1])).exponential_(1, generator=generator)
     return (probs / q[rows.index.to(probs.device)]).argmax(-1)
+
+
+def end_token_ids(model: torch.nn.Module, tokenizer) -> frozenset[int]:
+    """The ids that end a completion: the tokenizer's eos and every end token of the
+    model's generation config (an int or a list: SmolLM2's ends a turn with <|im_end|>)."""
+    listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = listed if isinstance(listed, list | tuple) else [listed]
+    return frozenset(int(i) for i in [tokenizer.eos_token_id, *ids] if i is not None)
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

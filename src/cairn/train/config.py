@@ -72,7 +72,9 @@ class LoraSection(_Section):
 class ModelConfig(_Section):
     path: str | None = Field(
         None,
-        description="Local Hugging Face model directory or hub name; null builds the tiny default.",
+        description="Local Hugging Face model directory, hub name or embedded model "
+        "(smollm2-135m-instruct, converted once into ~/.cache/cairn/models); null builds "
+        "the tiny default.",
     )
     arch: Literal["llama", "qwen2"] = Field("llama", description="Tiny default architecture.")
     hidden_size: int = Field(64, gt=0, description="Tiny default: hidden width.")
@@ -105,7 +107,18 @@ class ModelConfig(_Section):
     @field_validator("path")
     @classmethod
     def _model_dir(cls, v: str | None) -> str | None:
-        return _check_model_path(v)
+        from cairn.policies.smol import ALIASES, gguf_path
+
+        if v in ALIASES:  # an embedded model: its package must be installed
+            try:
+                gguf_path(v)
+            except ImportError as err:
+                raise ValueError(str(err)) from None
+            return v
+        try:
+            return _check_model_path(v)
+        except ValueError as err:  # name the aliases too: a mistyped one lands here
+            raise ValueError(f"{err}; embedded models: {', '.join(ALIASES)}") from None
 
 
 class AgentConfig(_Section):
@@ -397,6 +410,16 @@ class Config(_Section):
                 "sequence), critic.enabled false and rollout.engine 'hf' (they read rows as "
                 f"steps); got {self.loss.agg!r}, {self.critic.enabled}, {self.rollout.engine!r}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tiny_keys_with_real_model(self) -> Config:
+        from cairn.train.setup import tiny_key_problems, warn_tiny_keys
+
+        errors, notes = tiny_key_problems(self)
+        if errors:
+            raise ValueError(errors[0])
+        warn_tiny_keys(notes)
         return self
 
     @model_validator(mode="after")

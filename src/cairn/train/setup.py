@@ -1,19 +1,47 @@
 """Pieces a trainer is built from: its run directory name, the sampling settings, and the
-policy with its generation engine and prompt builder."""
+policy with its generation engine and prompt builder.
+
+Two checks guard a pretrained model (``model.path``): ``check_token_budget`` encodes the
+env's gold action, written in ``agent.action_format``, with the model's own tokenizer and
+fails when ``rollout.max_new_tokens`` cannot hold it (a cap sized for the tiny tokenizer
+cuts correct answers into format errors); ``tiny_key_problems`` names the tiny-model-only
+keys a config gives it, which a config load reports (``Config``): an error or a
+``TinyKeyWarning``.
+"""
 
 from __future__ import annotations
 
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cairn.agent import PromptBuilder
+from cairn.agent import PromptBuilder, format_completion
+from cairn.agent.instructions import _arg_of
+from cairn.envs import make
 from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
 from cairn.rollout import RolloutSettings
 from cairn.rollout.envpool import GuardedEnv
 
-__all__ = ["build_policy_engine", "describe_format", "new_run_dir", "sampling_settings"]
+__all__ = [
+    "TinyKeyWarning",
+    "budget_check",
+    "build_policy_engine",
+    "check_token_budget",
+    "describe_format",
+    "gold_completion",
+    "new_run_dir",
+    "sampling_settings",
+    "tiny_key_problems",
+    "warn_tiny_keys",
+]
+
+BUDGET_SEEDS = 4  # tasks whose gold action the token cap must hold
+
+
+class TinyKeyWarning(UserWarning):
+    """A key of the tiny default model, set in a config of a pretrained model (ignored)."""
 
 
 def new_run_dir(cfg: Any) -> Path:
@@ -70,6 +98,8 @@ def build_policy_engine(
     instruction = cfg.agent.instruction or probe.instruction
     words = cfg.exploration.prompt_words()
     policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt, words)
+    if cfg.model.path is not None:
+        budget_check(cfg, policy.tokenizer)
     dist.broadcast_params(policy.model)
     engine_dir = run_dir / "engine" / f"rank{dist.rank}"
     engine = make_engine(
@@ -77,3 +107,84 @@ def build_policy_engine(
     )
     policy = engine.policy  # vllm: samples on vLLM, scores on the HF model
     return policy, engine, prompt_builder(cfg, policy.tokenizer)
+
+
+def gold_completion(action: str, fmt: str, tools: Any = ()) -> str:
+    """``action`` as a completion in action format ``fmt``: the bare action (``line``),
+    ``<action>..</action>`` (``tagged``) or the JSON call with the tool's argument name."""
+    if fmt == "line":
+        return action
+    return format_completion(action, fmt=fmt, arg=_arg_of(tools, action))
+
+
+def budget_check(cfg: Any, tokenizer: Any) -> None:
+    """``check_token_budget`` on an env of its own (the probe may live in a worker), its
+    calls guarded like the probe's."""
+    env = GuardedEnv(make(cfg.env.name, **cfg.env.options), cfg.env.name)
+    try:
+        check_token_budget(env, tokenizer, cfg.agent.action_format, cfg.rollout)
+    finally:
+        env.close()
+
+
+def check_token_budget(env: Any, tokenizer: Any, fmt: str, rollout: Any) -> None:
+    """Fail in one line when ``rollout.max_new_tokens`` cannot hold the gold action of
+    one of the first ``BUDGET_SEEDS`` tasks written in ``fmt`` (envs without a gold
+    action are not checked)."""
+    longest, worst = 0, ""
+    for seed in range(BUDGET_SEEDS):
+        env.reset(seed=seed)
+        gold = env.gold_action()
+        if gold is None:
+            continue
+        text = gold_completion(gold, fmt, getattr(env, "tools", ()))
+        n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if n > longest:
+            longest, worst = n, text
+    if longest > rollout.max_new_tokens:
+        raise ValueError(
+            f"rollout.max_new_tokens {rollout.max_new_tokens} cannot hold a correct answer: "
+            f"{worst!r} is {longest} tokens with this model's tokenizer; set it to at least "
+            f"{longest}"
+        )
+
+
+_TINY_ARCH = ("arch", "hidden_size", "layers", "heads", "intermediate_size")
+
+
+def tiny_key_problems(cfg: Any) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for tiny-model-only keys given with a pretrained model.
+
+    Keys of the tiny model's build (its architecture, local tokenizer and vocabulary) are
+    ignored with ``model.path``: a warning names each one given a non-default value (a
+    resolved config.yaml lists every key at its default). The format warm-up at the
+    default ``warmup.lr`` (a random model's rate, ``WarmupConfig``) is an error, given or
+    not: it would overwrite what the pretrained model knows.
+    """
+    m = cfg.model
+    if m.path is None:
+        return [], []
+    fields = type(m).model_fields
+    given = [k for k in ("tokenizer", "vocab_size", *_TINY_ARCH) if k in m.model_fields_set]
+    ignored = [k for k in given if getattr(m, k) != fields[k].default]
+    notes = [
+        f"model.{k}={getattr(m, k)!r} is a key of the tiny default model; ignored with "
+        f"model.path {m.path!r} (its own tokenizer and architecture are used)"
+        for k in ignored
+    ]
+    w = cfg.warmup
+    tiny_lr = type(w).model_fields["lr"].default
+    errors = []
+    if w.enabled and w.lr == tiny_lr:  # given or not: sokoban_text writes the default out
+        errors.append(
+            f"warmup.enabled with model.path {m.path!r} uses warmup.lr {w.lr}, the rate for "
+            "a randomly initialised tiny model; set a lower warmup.lr (e.g. 1e-4) or "
+            "warmup.enabled=false"
+        )
+    return errors, notes
+
+
+def warn_tiny_keys(notes: list[str]) -> None:
+    """Each note as a ``TinyKeyWarning``."""
+    for note in notes:
+        warnings.warn(note, TinyKeyWarning, stacklevel=3)

@@ -602,3 +602,46 @@ def test_pinned_trace_of_580_episodes_is_unchanged():
             digest.update(json.dumps(record, sort_keys=True).encode())
     digest.update(json.dumps(make("sokoban", size=7, num_boxes=2).vocabulary()).encode())
     assert digest.hexdigest() == PINNED_SHA256
+
+
+# -- the text rendering and the gold action (prompts for language models) ----------------------
+DOC_ROOM = "# # # # # #\n# # _ . # #\n# _ @ $ _ #\n# # _ _ # #\n# _ _ _ _ #\n# # # # # #"
+
+
+def test_text_render_numbers_rows_and_names_positions():
+    env = Sokoban(room=DOC_ROOM, render="text")
+    obs, info = env.reset(seed=0)
+    assert obs == (
+        "row 0: # # # # # #\nrow 1: # # _ . # #\nrow 2: # _ @ $ _ #\nrow 3: # # _ _ # #\n"
+        "row 4: # _ _ _ _ #\nrow 5: # # # # # #\n"
+        "You are at row 2, column 2. Box at row 2, column 3. Target at row 1, column 3."
+    )
+    assert info["anchor"] == DOC_ROOM  # the anchor is the grid whatever the rendering
+    assert "# wall" in env.instruction and "row 0 at the top" in env.instruction
+    assert env.vocabulary() == []  # open text: a subword tokenizer
+    # down, right, up: the box goes onto the target, shown as * and named "on a target"
+    obs = play(env, ["down", "right", "up"])[-1][0]
+    assert obs.splitlines()[1] == "row 1: # # _ * # #"
+    assert obs.endswith("You are at row 2, column 3. Box on a target at row 1, column 3.")
+
+
+def test_text_render_survives_snapshot_and_restore():
+    env = Sokoban(room=DOC_ROOM, render="text")
+    env.reset(seed=0)
+    snap, obs = env.snapshot(), env.step("down")[0]
+    env.step("right")
+    assert env.restore(snap)[0] != obs and env.step("down")[0] == obs
+
+
+def test_gold_action_is_the_solvers_next_move():
+    env = Sokoban(room=DOC_ROOM, max_steps=5)
+    env.reset(seed=0)
+    moves = []
+    while (gold := env.gold_action()) is not None:
+        moves.append(gold)
+        env.step(gold)
+    assert moves == ["down", "right", "up"] and env.room.solved
+    env.reset(seed=0)
+    play(env, ["left", "left", "left", "left"])  # one step left: no 3-move plan fits
+    assert env.gold_action() is None
+    assert Sokoban.example_action in ACTIONS

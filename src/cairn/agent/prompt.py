@@ -18,6 +18,13 @@ prompt extends the previous turn's prompt plus its sampled ids. The template is 
 with a placeholder per assistant turn and split there, so any template that renders an
 earlier turn the same way whatever follows it gives this prefix property.
 
+Tools (``tools``, the env's JSON schemas for the ``tool_call`` format): passed to the chat
+template as ``apply_chat_template(..., tools=...)`` when the template renders tools
+(``renders_tools``: its source mentions ``tools``), as transformers does for Qwen-style
+templates; otherwise they are left to the instruction (``cairn.agent.describe_format``
+lists them). The tools render inside the system turn, before any assistant turn, so the
+token-in/token-out prefix property holds with them.
+
 A context budget (``fit_prompt``): when a prompt would exceed ``budget`` tokens the oldest
 shown turns are dropped, one at a time (never the instruction or the current
 observation); a prompt that does not fit even with no earlier turn raises
@@ -77,6 +84,7 @@ class PromptBuilder:
     chat_template: object | None = None  # a tokenizer with apply_chat_template, or None
     style: str = "flat"  # "flat" | "chat" (module docstring)
     tool_observations: bool = False  # chat: observations after the first are tool answers
+    tools: tuple[dict[str, Any], ...] = ()  # JSON tool schemas for a template that renders them
 
     def __post_init__(self) -> None:
         if self.style not in PROMPT_STYLES:
@@ -109,9 +117,17 @@ class PromptBuilder:
             return self._render(self.messages(instruction, shown, observation, extra, len(past)))
         return self._render([{"role": "user", "content": text}])
 
+    @property
+    def renders_tools(self) -> bool:
+        """The prompts carry ``tools`` through the chat template: there are tools and the
+        template renders them (its source mentions ``tools``)."""
+        source = getattr(self.chat_template, "chat_template", None)
+        return bool(self.tools) and isinstance(source, str) and "tools" in source
+
     def _render(self, messages: list[dict[str, str]]) -> str:
+        extra = {"tools": list(self.tools)} if self.renders_tools else {}
         return self.chat_template.apply_chat_template(  # type: ignore[union-attr]
-            messages, tokenize=False, add_generation_prompt=True
+            messages, tokenize=False, add_generation_prompt=True, **extra
         )
 
     def messages(

@@ -49,12 +49,14 @@ def describe_format(cfg: Any) -> bool:
     return cfg.model.path is not None if explicit is None else bool(explicit)
 
 
-def prompt_builder(cfg: Any, tokenizer: Any) -> PromptBuilder:
-    """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template."""
+def prompt_builder(cfg: Any, tokenizer: Any, tools: Any = ()) -> PromptBuilder:
+    """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template; with
+    the ``tool_call`` format, the env's ``tools`` go to a template that renders them."""
     chat = tokenizer if getattr(tokenizer, "chat_template", None) else None
+    calls = cfg.agent.action_format == "tool_call"
     return PromptBuilder(
         history=cfg.agent.history, chat_template=chat, style=cfg.agent.prompt_style,
-        tool_observations=cfg.agent.action_format == "tool_call",
+        tool_observations=calls, tools=tuple(tools) if calls else (),
     )  # fmt: skip
 
 
@@ -76,4 +78,4 @@ def build_policy_engine(
         cfg.rollout.engine, policy, cfg.rollout.engine_options, engine_dir, cfg.rollout.temperature
     )
     policy = engine.policy  # vllm: samples on vLLM, scores on the HF model
-    return policy, engine, prompt_builder(cfg, policy.tokenizer)
+    return policy, engine, prompt_builder(cfg, policy.tokenizer, probe.tools)

@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from cairn.agent import PromptBuilder, describe_format, format_completion, parse_action
+from cairn.agent import (
+    PromptBuilder,
+    describe_format,
+    example_completion,
+    format_completion,
+    parse_action,
+)
 from cairn.envs import make
 from cairn.envs.search_qa import TOOLS
 from cairn.policies.tokenizer import CHAT_TEMPLATE, chat_tokenizer
@@ -120,3 +126,65 @@ def test_instruction_lists_tools_only_where_the_template_does_not(tok):
     listed = instruction_for(env, settings, _builder(tok, CHAT_TEMPLATE).renders_tools)
     assert listed.startswith(env.instruction + "\nCall exactly one tool per turn")
     assert "- answer(answer): Give the final answer; this ends the episode." in listed
+
+
+# -- the demonstration exchange ---------------------------------------------------------------
+def test_example_completion_in_each_format():
+    assert example_completion("line", "up") == "up"
+    assert example_completion("tagged", "up") == "<action>up</action>"
+    call = example_completion("tool_call", "answer[Kaka]", TOOLS)
+    assert call == '<tool_call>{"name": "answer", "arguments": {"answer": "Kaka"}}</tool_call>'
+
+
+def test_example_opens_the_conversation_and_the_flat_prompt(tok):
+    example = ("Numbers: 1, 2, 3. Target: 9.", "<action>(1 + 2) * 3</action>")
+    tok.chat_template = CHAT_TEMPLATE
+    chat = PromptBuilder(chat_template=tok, style="chat", example=example)
+    roles = [(m["role"], m["content"]) for m in chat.messages("Make 9.", [], "Numbers: 4.")]
+    assert roles == [
+        ("system", "Make 9."),
+        ("user", "Numbers: 1, 2, 3. Target: 9."),
+        ("assistant", "<action>(1 + 2) * 3</action>"),
+        ("user", "Numbers: 4."),
+    ]
+    flat = PromptBuilder(example=example).build("Make 9.", [], "Numbers: 4.")
+    assert flat == (
+        "Make 9.\nobs: Numbers: 1, 2, 3. Target: 9. act: <action>(1 + 2) * 3</action>\n"
+        "obs: Numbers: 4. act:"
+    )
+
+
+def test_token_in_token_out_holds_after_the_example(tok):
+    example = ("Question: where was Kalomi born ?", "<action>search[Kalomi born]</action>")
+    builder = _builder(tok, CHAT_TEMPLATE, example=example)
+    enc = lambda t: tok(t, add_special_tokens=False)["input_ids"]  # noqa: E731
+    sampled = [*enc("<action>search[who]</action>"), tok.eos_token_id]
+    first = builder.chat_ids(enc, tok.eos_token_id, "Answer.", [], "Question: who ?")
+    second = builder.chat_ids(
+        enc, tok.eos_token_id, "Answer.", [("Question: who ?", sampled)], "[1] doc", turn=1
+    )
+    assert second[: len(first) + len(sampled)] == first + sampled
+    assert tok.decode(first).count("search[Kalomi born]") == 1
+
+
+def test_setup_wires_the_envs_example_and_tools_for_a_pretrained_model(tok):
+    from cairn.train.config import load_config
+    from cairn.train.setup import prompt_builder
+
+    env = make("search_qa", kb_seed=0, kb_size=12, hops=[1, 2], max_steps=4, render="text")
+    tok.chat_template = TOOLS_TEMPLATE
+    sets = ["agent.action_format=tool_call", "agent.prompt_style=chat", "model.tokenizer=chat"]
+    on = prompt_builder(
+        load_config("search_qa_gigpo", [*sets, "agent.describe_format=true"]), tok, env
+    )
+    assert on.example == (
+        "Question: where was Kalomi born ?",
+        '<tool_call>{"name": "search", "arguments": {"query": "Kalomi born"}}</tool_call>',
+    )
+    assert on.tools == TOOLS and on.renders_tools
+    # the tiny default (describe_format off) and the compact rendering get no example
+    assert prompt_builder(load_config("search_qa_gigpo", sets), tok, env).example is None
+    compact = make("search_qa", kb_seed=0)
+    assert compact.example_observation == "" and make("countdown").example_observation == ""
+    tagged = load_config("search_qa_gigpo", ["agent.describe_format=true"])
+    assert prompt_builder(tagged, tok, env).tools == ()  # tools reach the template for calls only

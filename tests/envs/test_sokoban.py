@@ -645,3 +645,16 @@ def test_gold_action_is_the_solvers_next_move():
     play(env, ["left", "left", "left", "left"])  # one step left: no 3-move plan fits
     assert env.gold_action() is None
     assert Sokoban.example_action in ACTIONS
+
+
+def test_the_text_renderings_demonstration_is_a_solving_push():
+    env = Sokoban(render="text")
+    assert Sokoban(render="compact").example_observation == ""  # tiny prompts: no example
+    shown = env.example_observation
+    assert shown.endswith(
+        "You are at row 1, column 1. Box at row 1, column 2. Target at row 1, column 3."
+    )
+    room = "\n".join(line.split(": ", 1)[1] for line in shown.splitlines()[:-1])
+    demo = Sokoban(room=room)
+    demo.reset(seed=0)
+    assert demo.step(env.example_action)[4]["success"]  # "right" pushes the box home

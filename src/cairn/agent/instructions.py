@@ -20,7 +20,7 @@ from typing import Any
 
 from cairn.agent.parse import ACTION_FORMATS, format_completion
 
-__all__ = ["describe_format", "tool_schema"]
+__all__ = ["describe_format", "example_completion", "tool_schema"]
 
 
 def tool_schema(name: str, argument: str, description: str, arg_help: str) -> dict[str, Any]:
@@ -75,6 +75,18 @@ def _tool_line(tool: dict[str, Any]) -> str:
     fn = tool["function"]
     args = ", ".join(fn["parameters"]["properties"])
     return f"- {fn['name']}({args}): {fn['description']}"
+
+
+def example_completion(
+    fmt: str, example_action: str, tools: Sequence[dict[str, Any]] = ()
+) -> str:
+    """``example_action`` written as a model's whole reply in format ``fmt``: the bare
+    action (``line``), ``<action>...</action>`` (``tagged``) or the JSON tool call."""
+    if fmt not in ACTION_FORMATS:
+        raise ValueError(f"action format {fmt!r} is not one of {', '.join(ACTION_FORMATS)}")
+    if fmt == "line":
+        return example_action
+    return format_completion(example_action, fmt=fmt, arg=_arg_of(tools, example_action))
 
 
 def _joined(head: str, actions: list[str], example: str) -> str:

@@ -25,6 +25,11 @@ templates; otherwise they are left to the instruction (``cairn.agent.describe_fo
 lists them). The tools render inside the system turn, before any assistant turn, so the
 token-in/token-out prefix property holds with them.
 
+A demonstration (``example``, an (observation, completion) pair): the prompt opens with it
+as one finished exchange (chat: a user and an assistant turn after the system turn; flat:
+an ``obs: ... act: ...`` line after the instruction). A small instruction model follows
+the answer format far more often after one such exchange than after any wording of it.
+
 A context budget (``fit_prompt``): when a prompt would exceed ``budget`` tokens the oldest
 shown turns are dropped, one at a time (never the instruction or the current
 observation); a prompt that does not fit even with no earlier turn raises
@@ -85,6 +90,7 @@ class PromptBuilder:
     style: str = "flat"  # "flat" | "chat" (module docstring)
     tool_observations: bool = False  # chat: observations after the first are tool answers
     tools: tuple[dict[str, Any], ...] = ()  # JSON tool schemas for a template that renders them
+    example: tuple[str, str] | None = None  # (observation, completion) shown first
 
     def __post_init__(self) -> None:
         if self.style not in PROMPT_STYLES:
@@ -107,6 +113,8 @@ class PromptBuilder:
         lines = [instruction] if instruction else []
         if extra:
             lines.append(extra)
+        if self.example is not None:
+            lines.append(f"{OBS} {self.example[0]} {ACT} {self.example[1]}")
         shown = past[len(past) - self.history :] if self.history > 0 else ()
         lines += [f"{OBS} {o} {ACT} {a}" for o, a in shown]
         lines.append(f"{OBS} {observation} {ACT}")
@@ -138,7 +146,8 @@ class PromptBuilder:
         extra: str = "",
         turn: int | None = None,
     ) -> list[dict[str, str]]:
-        """The chat messages: system, then (observation, assistant) per shown turn, then the
+        """The chat messages: system, the ``example`` exchange, then (observation, assistant)
+        per shown turn, then the
         current observation. ``turn`` is the current turn's index in the episode (default:
         ``len(shown)``); only the episode's first observation is a user turn when
         observations are tool answers."""
@@ -146,6 +155,9 @@ class PromptBuilder:
         first = turn - len(shown)  # episode index of the first shown turn
         system = "\n".join(x for x in (instruction, extra) if x)
         out = [{"role": "system", "content": system}] if system else []
+        if self.example is not None:
+            out.append({"role": "user", "content": self.example[0]})
+            out.append({"role": "assistant", "content": self.example[1]})
         for k, (obs, action) in enumerate(shown):
             out.append({"role": self._obs_role(first + k), "content": obs})
             out.append({"role": "assistant", "content": action})

@@ -46,6 +46,10 @@ class TextEnv(ABC):
     #: One legal action as the env receives it (``up``, ``search[query]``): the example of
     #: the answer format a language model is shown (``cairn.agent.describe_format``).
     example_action: str = ""
+    #: An observation that ``example_action`` answers, in the env's language-model rendering:
+    #: with it, a language model's prompt opens with that one exchange as a demonstration
+    #: (``PromptBuilder.example``). Empty where the rendering has none (the compact forms).
+    example_observation: str = ""
     #: Tools for the ``tool_call`` action format, as JSON schemas
     #: (``cairn.agent.tool_schema``): each tool ``name`` with one argument is the env
     #: action ``name[value]``. Empty where the env's actions are not tool calls.

@@ -300,6 +300,8 @@ class Countdown(TextEnv):
         self.format_reward = check_float("format_reward", format_reward, 0.0, 0.999)
         self._clock = EpisodeClock("countdown", check_int("max_steps", max_steps, 1))
         self.render = check_choice("render", render, _RENDERS)
+        if self.render == "text":
+            self.example_observation = "Numbers: 1, 2, 3. Target: 9."
         if not isinstance(allow_trivial, bool):
             raise ValueError(f"allow_trivial must be True or False, got {allow_trivial!r}")
         self.allow_trivial = allow_trivial

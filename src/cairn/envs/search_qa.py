@@ -129,6 +129,8 @@ class SearchQA(TextEnv):
         self.reward = check_choice("reward", reward, ("em", "f1"))
         self._clock = EpisodeClock("search_qa", check_int("max_steps", max_steps, 1))
         self.render = check_choice("render", render, _RENDERS)
+        if self.render == "text":
+            self.example_observation = "Question: where was Kalomi born ?"
         self._kb_key = (0, self.kb_size)
         self._kb: KnowledgeBase | None = None
         self._question: Question | None = None

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cairn.agent import PromptBuilder
+from cairn.agent import PromptBuilder, example_completion
 from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
 from cairn.rollout import RolloutSettings
@@ -49,14 +49,18 @@ def describe_format(cfg: Any) -> bool:
     return cfg.model.path is not None if explicit is None else bool(explicit)
 
 
-def prompt_builder(cfg: Any, tokenizer: Any, tools: Any = ()) -> PromptBuilder:
-    """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template; with
-    the ``tool_call`` format, the env's ``tools`` go to a template that renders them."""
+def prompt_builder(cfg: Any, tokenizer: Any, env: Any = None) -> PromptBuilder:
+    """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template. From
+    ``env``: with the ``tool_call`` format its ``tools`` (for a template that renders them);
+    with ``agent.describe_format`` on, its example exchange as a demonstration."""
     chat = tokenizer if getattr(tokenizer, "chat_template", None) else None
-    calls = cfg.agent.action_format == "tool_call"
+    fmt, calls = cfg.agent.action_format, cfg.agent.action_format == "tool_call"
+    tools = tuple(getattr(env, "tools", ())) if calls else ()
+    shown = getattr(env, "example_observation", "") if describe_format(cfg) else ""
+    example = (shown, example_completion(fmt, env.example_action, tools)) if shown else None
     return PromptBuilder(
         history=cfg.agent.history, chat_template=chat, style=cfg.agent.prompt_style,
-        tool_observations=calls, tools=tuple(tools) if calls else (),
+        tool_observations=calls, tools=tools, example=example,
     )  # fmt: skip
 
 
@@ -78,4 +82,4 @@ def build_policy_engine(
         cfg.rollout.engine, policy, cfg.rollout.engine_options, engine_dir, cfg.rollout.temperature
     )
     policy = engine.policy  # vllm: samples on vLLM, scores on the HF model
-    return policy, engine, prompt_builder(cfg, policy.tokenizer, probe.tools)
+    return policy, engine, prompt_builder(cfg, policy.tokenizer, probe)

@@ -47,6 +47,8 @@ BOX_ON_TARGET = 1.0
 BOX_OFF_TARGET = -1.0
 FINISHED = 10.0
 _RENDERS = ("grid", "compact", "text")
+# the demonstration of the text rendering: one push to the right puts the box on the target
+_EXAMPLE_ROOM = "# # # # #\n# @ $ . #\n# # # # #"
 _INSTRUCTIONS = {
     "text": (
         "Sokoban: push every box onto a target. The map is a grid, row 0 at the top and "
@@ -89,7 +91,7 @@ class Sokoban(TextEnv):
     then the seed and the generation options are ignored).
     """
 
-    example_action = "left"
+    example_action = "right"
 
     def __init__(
         self,
@@ -121,6 +123,8 @@ class Sokoban(TextEnv):
         if instruction is not None and not isinstance(instruction, str):
             raise ValueError(f"instruction must be a str or None, got {instruction!r}")
         self.instruction = _INSTRUCTIONS[render] if instruction is None else instruction
+        if self.render == "text":
+            self.example_observation = render_text(parse_grid(_EXAMPLE_ROOM))
         self._room: Room | None = None
         self._clock = EpisodeClock("sokoban", self.max_steps)
         self._info: dict[str, Any] = {}

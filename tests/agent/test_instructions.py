@@ -137,7 +137,7 @@ def test_example_completion_in_each_format():
 
 
 def test_example_opens_the_conversation_and_the_flat_prompt(tok):
-    example = ("Numbers: 1, 2, 3. Target: 9.", "<action>(1 + 2) * 3</action>")
+    example = (("Numbers: 1, 2, 3. Target: 9.", "<action>(1 + 2) * 3</action>"),)
     tok.chat_template = CHAT_TEMPLATE
     chat = PromptBuilder(chat_template=tok, style="chat", example=example)
     roles = [(m["role"], m["content"]) for m in chat.messages("Make 9.", [], "Numbers: 4.")]
@@ -155,8 +155,11 @@ def test_example_opens_the_conversation_and_the_flat_prompt(tok):
 
 
 def test_token_in_token_out_holds_after_the_example(tok):
-    example = ("Question: where was Kalomi born ?", "<action>search[Kalomi born]</action>")
-    builder = _builder(tok, CHAT_TEMPLATE, example=example)
+    example = (
+        ("Question: where was Kalomi born ?", "<action>search[Kalomi born]</action>"),
+        ("[1] Kalomi was born in Torbel", "<action>answer[Torbel]</action>"),
+    )
+    builder = _builder(tok, CHAT_TEMPLATE, example=example, tool_observations=True)
     enc = lambda t: tok(t, add_special_tokens=False)["input_ids"]  # noqa: E731
     sampled = [*enc("<action>search[who]</action>"), tok.eos_token_id]
     first = builder.chat_ids(enc, tok.eos_token_id, "Answer.", [], "Question: who ?")
@@ -164,7 +167,9 @@ def test_token_in_token_out_holds_after_the_example(tok):
         enc, tok.eos_token_id, "Answer.", [("Question: who ?", sampled)], "[1] doc", turn=1
     )
     assert second[: len(first) + len(sampled)] == first + sampled
-    assert tok.decode(first).count("search[Kalomi born]") == 1
+    shown = tok.decode(first)
+    assert shown.count("search[Kalomi born]") == 1
+    assert "<tool_response>\n[1] Kalomi was born in Torbel" in shown  # a tool turn, as in play
 
 
 def test_setup_wires_the_envs_example_and_tools_for_a_pretrained_model(tok):
@@ -178,13 +183,19 @@ def test_setup_wires_the_envs_example_and_tools_for_a_pretrained_model(tok):
         load_config("search_qa_gigpo", [*sets, "agent.describe_format=true"]), tok, env
     )
     assert on.example == (
-        "Question: where was Kalomi born ?",
-        '<tool_call>{"name": "search", "arguments": {"query": "Kalomi born"}}</tool_call>',
+        (
+            "Question: where was Kalomi born ?",
+            '<tool_call>{"name": "search", "arguments": {"query": "Kalomi born"}}</tool_call>',
+        ),
+        (
+            "[1] Kalomi was born in Torbel\n[2] Torbel is a city in Venlu",
+            '<tool_call>{"name": "answer", "arguments": {"answer": "Torbel"}}</tool_call>',
+        ),
     )
     assert on.tools == TOOLS and on.renders_tools
     # the tiny default (describe_format off) and the compact rendering get no example
-    assert prompt_builder(load_config("search_qa_gigpo", sets), tok, env).example is None
+    assert prompt_builder(load_config("search_qa_gigpo", sets), tok, env).example == ()
     compact = make("search_qa", kb_seed=0)
-    assert compact.example_observation == "" and make("countdown").example_observation == ""
+    assert compact.demonstration() == [] and make("countdown").demonstration() == []
     tagged = load_config("search_qa_gigpo", ["agent.describe_format=true"])
     assert prompt_builder(tagged, tok, env).tools == ()  # tools reach the template for calls only

@@ -77,9 +77,7 @@ def _tool_line(tool: dict[str, Any]) -> str:
     return f"- {fn['name']}({args}): {fn['description']}"
 
 
-def example_completion(
-    fmt: str, example_action: str, tools: Sequence[dict[str, Any]] = ()
-) -> str:
+def example_completion(fmt: str, example_action: str, tools: Sequence[dict[str, Any]] = ()) -> str:
     """``example_action`` written as a model's whole reply in format ``fmt``: the bare
     action (``line``), ``<action>...</action>`` (``tagged``) or the JSON tool call."""
     if fmt not in ACTION_FORMATS:

@@ -25,9 +25,10 @@ templates; otherwise they are left to the instruction (``cairn.agent.describe_fo
 lists them). The tools render inside the system turn, before any assistant turn, so the
 token-in/token-out prefix property holds with them.
 
-A demonstration (``example``, an (observation, completion) pair): the prompt opens with it
-as one finished exchange (chat: a user and an assistant turn after the system turn; flat:
-an ``obs: ... act: ...`` line after the instruction). A small instruction model follows
+A demonstration (``example``: (observation, completion) pairs, one per turn of a short
+made-up episode): the prompt opens with it as finished exchanges (chat: an observation
+turn and an assistant turn each, after the system turn; flat: an ``obs: ... act: ...``
+line each, after the instruction). A small instruction model follows
 the answer format far more often after one such exchange than after any wording of it.
 
 A context budget (``fit_prompt``): when a prompt would exceed ``budget`` tokens the oldest
@@ -90,7 +91,7 @@ class PromptBuilder:
     style: str = "flat"  # "flat" | "chat" (module docstring)
     tool_observations: bool = False  # chat: observations after the first are tool answers
     tools: tuple[dict[str, Any], ...] = ()  # JSON tool schemas for a template that renders them
-    example: tuple[str, str] | None = None  # (observation, completion) shown first
+    example: tuple[tuple[str, str], ...] = ()  # (observation, completion) turns shown first
 
     def __post_init__(self) -> None:
         if self.style not in PROMPT_STYLES:
@@ -113,8 +114,7 @@ class PromptBuilder:
         lines = [instruction] if instruction else []
         if extra:
             lines.append(extra)
-        if self.example is not None:
-            lines.append(f"{OBS} {self.example[0]} {ACT} {self.example[1]}")
+        lines += [f"{OBS} {o} {ACT} {c}" for o, c in self.example]
         shown = past[len(past) - self.history :] if self.history > 0 else ()
         lines += [f"{OBS} {o} {ACT} {a}" for o, a in shown]
         lines.append(f"{OBS} {observation} {ACT}")
@@ -155,9 +155,9 @@ class PromptBuilder:
         first = turn - len(shown)  # episode index of the first shown turn
         system = "\n".join(x for x in (instruction, extra) if x)
         out = [{"role": "system", "content": system}] if system else []
-        if self.example is not None:
-            out.append({"role": "user", "content": self.example[0]})
-            out.append({"role": "assistant", "content": self.example[1]})
+        for k, (obs, completion) in enumerate(self.example):
+            out.append({"role": self._obs_role(k), "content": obs})
+            out.append({"role": "assistant", "content": completion})
         for k, (obs, action) in enumerate(shown):
             out.append({"role": self._obs_role(first + k), "content": obs})
             out.append({"role": "assistant", "content": action})

@@ -155,6 +155,15 @@ class SearchQA(TextEnv):
         """A successful episode: the gold searches, then the answer."""
         return [f"search[{q}]" for q in self.gold_queries] + [f"answer[{self.answer}]"]
 
+    def demonstration(self) -> list[tuple[str, str]]:
+        """The text rendering's made-up episode: one search, its results, the answer."""
+        if self.render != "text":
+            return []
+        return [
+            (self.example_observation, self.example_action),
+            ("[1] Kalomi was born in Torbel\n[2] Torbel is a city in Venlu", "answer[Torbel]"),
+        ]
+
     def gold_action(self) -> str | None:
         """The gold action of this turn: the next gold search by the number of turns taken,
         the answer from the last hop on (None once the episode is over)."""

@@ -52,12 +52,12 @@ def describe_format(cfg: Any) -> bool:
 def prompt_builder(cfg: Any, tokenizer: Any, env: Any = None) -> PromptBuilder:
     """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template. From
     ``env``: with the ``tool_call`` format its ``tools`` (for a template that renders them);
-    with ``agent.describe_format`` on, its example exchange as a demonstration."""
+    with ``agent.describe_format`` on, its ``demonstration()`` as finished exchanges."""
     chat = tokenizer if getattr(tokenizer, "chat_template", None) else None
     fmt, calls = cfg.agent.action_format, cfg.agent.action_format == "tool_call"
     tools = tuple(getattr(env, "tools", ())) if calls else ()
-    shown = getattr(env, "example_observation", "") if describe_format(cfg) else ""
-    example = (shown, example_completion(fmt, env.example_action, tools)) if shown else None
+    demo = env.demonstration() if env is not None and describe_format(cfg) else []
+    example = tuple((obs, example_completion(fmt, a, getattr(env, "tools", ()))) for obs, a in demo)
     return PromptBuilder(
         history=cfg.agent.history, chat_template=chat, style=cfg.agent.prompt_style,
         tool_observations=calls, tools=tools, example=example,

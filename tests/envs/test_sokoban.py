@@ -647,14 +647,15 @@ def test_gold_action_is_the_solvers_next_move():
     assert Sokoban.example_action in ACTIONS
 
 
-def test_the_text_renderings_demonstration_is_a_solving_push():
-    env = Sokoban(render="text")
-    assert Sokoban(render="compact").example_observation == ""  # tiny prompts: no example
-    shown = env.example_observation
-    assert shown.endswith(
-        "You are at row 1, column 1. Box at row 1, column 2. Target at row 1, column 3."
+def test_the_text_renderings_demonstration_is_a_solving_episode():
+    assert Sokoban(render="compact").demonstration() == []  # tiny prompts: no example
+    demo = Sokoban(render="text").demonstration()
+    assert [a for _, a in demo] == ["right", "right"]
+    assert demo[0][0].endswith(
+        "You are at row 1, column 1. Box at row 1, column 3. Target at row 1, column 4."
     )
-    room = "\n".join(line.split(": ", 1)[1] for line in shown.splitlines()[:-1])
-    demo = Sokoban(room=room)
-    demo.reset(seed=0)
-    assert demo.step(env.example_action)[4]["success"]  # "right" pushes the box home
+    room = "\n".join(line.split(": ", 1)[1] for line in demo[0][0].splitlines()[:-1])
+    env = Sokoban(room=room, render="text")
+    assert env.reset(seed=0)[0] == demo[0][0]
+    assert env.step("right")[0] == demo[1][0]
+    assert env.step("right")[4]["success"]  # the second push puts the box home

@@ -47,8 +47,8 @@ BOX_ON_TARGET = 1.0
 BOX_OFF_TARGET = -1.0
 FINISHED = 10.0
 _RENDERS = ("grid", "compact", "text")
-# the demonstration of the text rendering: one push to the right puts the box on the target
-_EXAMPLE_ROOM = "# # # # #\n# @ $ . #\n# # # # #"
+# the demonstration of the text rendering: a step right, then a push right onto the target
+_EXAMPLE_ROOM = "# # # # # #\n# @ _ $ . #\n# # # # # #"
 _INSTRUCTIONS = {
     "text": (
         "Sokoban: push every box onto a target. The map is a grid, row 0 at the top and "
@@ -161,6 +161,15 @@ class Sokoban(TextEnv):
         """An optimal action sequence from the current state, or None if there is none
         within ``max_moves`` moves (pass ``env.remaining_steps`` to ask "still winnable?")."""
         return solve(self.room, max_moves)
+
+    def demonstration(self) -> list[tuple[str, str]]:
+        """The text rendering's made-up episode: in a corridor room, a step right and a push
+        right that puts the box on its target (two turns: a small model follows the format
+        far more often after two exchanges than after one)."""
+        if self.render != "text":
+            return []
+        room = parse_grid(_EXAMPLE_ROOM)
+        return [(render_text(room), "right"), (render_text(apply_action(room, "right")), "right")]
 
     def gold_action(self) -> str | None:
         """The optimal solver's next move from the current state (None when the episode

@@ -81,15 +81,19 @@ def compact_vocabulary(height: int, width: int) -> list[str]:
 
 
 def render_text(room: Room) -> str:
-    """The grid with each row numbered, then where the player, boxes and targets are.
+    """Where the player, boxes and targets are, then the grid with each row numbered.
 
     Example, player at (2, 2), box at (2, 3), target at (1, 3)::
 
+        You are at row 2, column 2. Box at row 2, column 3. Target at row 1, column 3.
         row 0: # # # # # #
         row 1: # # _ . # #
         row 2: # _ @ $ _ #
         row 3: # # _ _ # #
-        You are at row 2, column 2. Box at row 2, column 3. Target at row 1, column 3.
+
+    The sentence comes first: untrained SmolLM2-135M-Instruct broke the answer format less
+    often with it there (5 of 16 replies against 7 of 16 with it last), and far more often
+    without the row numbers (14 of 16).
     """
     rows = [f"row {r}: {line}" for r, line in enumerate(render_grid(room).splitlines())]
     pr, pc = room.player
@@ -98,7 +102,7 @@ def render_text(room: Room) -> str:
         parts.append(f"Box{' on a target' if (r, c) in room.targets else ''} at {_at(r, c)}.")
     for r, c in sorted(room.targets - room.boxes):
         parts.append(f"Target at {_at(r, c)}.")
-    return "\n".join([*rows, " ".join(parts)])
+    return "\n".join([" ".join(parts), *rows])
 
 
 def _at(r: int, c: int) -> str:

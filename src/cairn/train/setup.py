@@ -56,7 +56,8 @@ def prompt_builder(cfg: Any, tokenizer: Any, env: Any = None) -> PromptBuilder:
     chat = tokenizer if getattr(tokenizer, "chat_template", None) else None
     fmt, calls = cfg.agent.action_format, cfg.agent.action_format == "tool_call"
     tools = tuple(getattr(env, "tools", ())) if calls else ()
-    demo = env.demonstration() if env is not None and describe_format(cfg) else []
+    demonstrate = getattr(env, "demonstration", None) if describe_format(cfg) else None
+    demo = demonstrate() if demonstrate is not None else []
     example = tuple((obs, example_completion(fmt, a, getattr(env, "tools", ()))) for obs, a in demo)
     return PromptBuilder(
         history=cfg.agent.history, chat_template=chat, style=cfg.agent.prompt_style,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cairn.agent import PromptBuilder, parse_action
 
 
@@ -24,3 +26,26 @@ def test_parse_action_forms():
     assert parse_action("\n\n") is None
     assert parse_action("move: right", pattern=r"move:\s*(\w+)") == "right"
     assert parse_action("nothing", pattern=r"move:\s*(\w+)") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "action"),
+    [
+        ("<Action>up</Action>", "up"),
+        ("<ACTION> left </ACTION>", "left"),
+        ("< action >down</ action >", "down"),
+        ("<action >right< /action>", "right"),
+        ("I think so.\n<action>\n(1 + 2) * 3\n</action>\nDone.", "(1 + 2) * 3"),
+        ("<action>up</action><action>down</action>", "up"),  # the first tag counts
+    ],
+)
+def test_tagged_accepts_case_and_whitespace_variants_of_the_tag(text, action):
+    assert parse_action(text, fmt="tagged") == action
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["<action>up", "up</action>", "<actions>up</actions>", "<act>up</act>", "up", "<action up>"],
+)
+def test_tagged_still_needs_a_closed_action_tag(text):
+    assert parse_action(text, fmt="tagged") is None

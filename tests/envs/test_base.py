@@ -34,3 +34,14 @@ def test_a_failed_step_is_not_recorded_so_its_snapshot_restores():
     other = _Counter()
     obs, info = other.restore(snap)  # replaying "boom" would raise here
     assert (obs, info["anchor"]) == ("6", 6)
+
+
+def test_next_on_path_follows_a_walkthrough_only_while_on_it():
+    from cairn.envs._common import next_on_path
+
+    gold = ["open door", "go north", "take coin"]
+    assert next_on_path(gold, []) == "open door"
+    assert next_on_path(gold, ["Open  Door"]) == "go north"  # case and spaces do not matter
+    assert next_on_path(gold, ["open door", "go south"]) is None  # off the path
+    assert next_on_path(gold, gold) is None  # past its end
+    assert TextEnv.gold_action(object.__new__(_Counter)) is None  # the default knows none

@@ -15,7 +15,9 @@ from cairn.envs.countdown import (
     Countdown,
     evaluate_expression,
     generate_countdown,
+    is_trivial,
     key_steps,
+    read_answer,
 )
 from cairn.rewards.step_grpo import key_step_matches
 
@@ -249,3 +251,113 @@ def test_solve_is_the_one_step_plan_that_wins():
     plan = env.solve()
     assert plan == [env.solution()]
     assert env.step(plan[0])[4]["success"]
+
+
+# -- answers as language models write them ------------------------------------------------
+SMALL = {"count": (3, 4), "number_range": (1, 20), "target_range": (1, 100)}  # the presets'
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1 + 4 + 3 = 8", 8),  # the stated value is the expression's value
+        ("Answer: (1 + 4) + 3", 8),
+        ("answer is 1 + 4 + 3 = 8.", 8),
+        ("`1 + 4 + 3`", 8),
+        ("```1 + 4 + 3 = 8```", 8),
+        ("$1 + 4 + 3 = 8$", 8),
+        ("$1 + 4 + 3$ = 8", 8),
+        ("(1 + 4) \u00d7 3", 15),  # the multiplication sign
+        ("4 \u00f7 1 + 3", 7),
+        ("1 + 4 + 3.", 8),
+    ],
+)
+def test_read_answer_accepts_what_language_models_write(text, value):
+    assert read_answer(text, [1, 3, 4]) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1 + 4 + 3 = 9",  # a false equation is not an answer: 1 + 4 + 3 is 8
+        "1 + 4 = 5 + 3 = 8",  # chained steps: one expression is asked for
+        "8 = 1 + 4 + 3",
+        "1 + 4 + 3 = 8 = 8",
+        "Answer:",
+        "= 8",
+        "1 + 4 + 4 = 9",  # 4 used twice
+        "the answer is 8",
+        "$$",
+    ],
+)
+def test_read_answer_rejects_wrong_or_malformed_answers(text):
+    assert read_answer(text, [1, 3, 4]) is None
+
+
+def test_a_stated_value_that_misses_the_target_is_a_wrong_answer_not_a_success():
+    env = make("countdown", allow_trivial=True, max_steps=2, **SMALL)
+    env.reset(seed=0)  # numbers 18 1 11, target 30
+    obs, reward, term, _, info = env.step("18 + 1 = 19")
+    assert (reward, term, info["valid"], info["success"]) == (0.0, False, True, False)
+    assert obs.endswith("last too low")
+    obs, reward, term, _, info = env.step("Answer: 18 + 11 + 1 = 30")
+    assert (reward, term, info["success"]) == (1.0, True, True)
+
+
+def test_false_equation_is_invalid_even_when_it_names_the_target():
+    env = make("countdown", allow_trivial=True, **SMALL)
+    env.reset(seed=0)  # 18 + 1 + 11 is 30; 18 + 11 is 29
+    _, reward, _, trunc, info = env.step("18 + 11 = 30")
+    assert (reward, trunc, info["valid"], info["success"]) == (0.0, True, False, False)
+
+
+# -- trivial targets ------------------------------------------------------------------------
+def test_is_trivial_worked_examples():
+    assert is_trivial([18, 1, 11], 30)  # 18 + 1 + 11
+    assert is_trivial([3, 1, 19], 57)  # 3 * 1 * 19
+    assert not is_trivial([2, 4, 5, 4], 11)  # 5 + 4 - 2 + 4 needs a search
+
+
+def test_generator_redraws_trivial_targets_unless_allowed():
+    allowed = make("countdown", allow_trivial=True, **SMALL)
+    redrawn = make("countdown", **SMALL)
+    trivial = 0
+    for seed in range(60):
+        _, a = allowed.reset(seed=seed)
+        _, b = redrawn.reset(seed=seed)
+        trivial += is_trivial(list(a["numbers"]), a["target"])
+        assert not is_trivial(list(b["numbers"]), b["target"])
+        assert redrawn.step(redrawn.solution())[4]["success"]
+    assert trivial >= 10  # seeds 0 5 9 17 20 21 26 27 33 36 ... are sum/product targets
+
+
+def test_allow_trivial_must_be_a_bool():
+    with pytest.raises(ValueError, match="allow_trivial must be True or False"):
+        make("countdown", allow_trivial="no")
+
+
+# -- prompts for language models ------------------------------------------------------------
+def test_text_render_states_the_task_in_words():
+    env = make("countdown", render="text", allow_trivial=True, max_steps=2, **SMALL)
+    obs, _ = env.reset(seed=0)
+    assert obs == "Numbers: 18, 1, 11. Target: 30."
+    assert env.instruction == (
+        "Countdown: make 30 from the numbers 18, 1, 11. Combine them with + - * / and "
+        "parentheses into one arithmetic expression whose value is 30. Use each number at "
+        "most once."
+    )
+    obs = env.step("18 + 1")[0]
+    assert obs == "Numbers: 18, 1, 11. Target: 30. Your last answer was too low."
+    with pytest.raises(ValueError, match="render"):
+        make("countdown", render="grid")
+
+
+def test_gold_action_is_the_solution_while_the_episode_is_on():
+    env = make("countdown")
+    assert env.gold_action() is None  # before reset
+    env.reset(seed=4)
+    gold = env.gold_action()
+    assert gold == env.solution()
+    assert env.step(gold)[4]["success"]
+    assert env.gold_action() is None  # the episode is over
+    assert evaluate_expression(Countdown.example_action, [1, 2, 3]) == 9

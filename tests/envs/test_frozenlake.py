@@ -259,3 +259,19 @@ def test_unseeded_reset_records_its_seed_so_replay_is_exact():
     state_obs, future = env._last[0], ["right", "down", "down", "right"] * 3
     reference = rollout(env, future)
     assert env.restore(snap)[0] == state_obs and rollout(env, future) == reference
+
+
+def test_gold_action_walks_a_shortest_hole_free_path():
+    env = make("frozenlake", map_name="4x4")  # SFFF / FHFH / FFFH / HFFG
+    env.reset(seed=0)
+    moves = []
+    while (gold := env.gold_action()) is not None:
+        moves.append(gold)
+        *_, info = env.step(gold)
+    # 6 moves is the Manhattan distance; the hole at (1, 1) forces down, down first
+    assert moves == ["down", "down", "right", "down", "right", "right"] and info["success"]
+    env.reset(seed=0)
+    env.step("right")
+    env.step("down")  # into the hole at (1, 1): the episode is over
+    assert env.gold_action() is None
+    assert FrozenLake.example_action in ACTIONS

@@ -265,3 +265,13 @@ def test_a_check_past_its_time_limit_answers_false(monkeypatch):
     start = time.monotonic()
     assert not verify_antiderivative("x**2/2", "x", time_limit_s=0.2)
     assert time.monotonic() - start < 2
+
+
+def test_gold_action_is_a_verified_antiderivative_while_the_episode_is_on():
+    env = make("integration", integrand="2*x + cos(x)")
+    assert env.gold_action() is None  # before reset
+    env.reset(seed=0)
+    gold = env.gold_action()
+    assert gold == "x**2 + sin(x)"  # sympy's antiderivative of 2x + cos(x)
+    assert env.step(gold)[4]["success"] and env.gold_action() is None
+    assert parse_candidate(env.example_action) is not None

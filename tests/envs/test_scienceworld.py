@@ -394,3 +394,13 @@ def test_fast_path_is_much_faster_than_listing_valid_actions_every_step(env):
         env.admissible = False
     print(f"scienceworld: {fast:.0f} steps/s fast path, {slow:.1f} steps/s listing actions")
     assert fast > 5 * slow
+
+
+def test_gold_action_is_the_next_gold_move_on_the_gold_path(env):
+    env.reset(seed=0)
+    gold = env.gold_actions()
+    assert env.gold_action() == gold[0]
+    env.step(gold[0])
+    assert env.gold_action() == gold[1]
+    env.step("xyzzy")  # off the path
+    assert env.gold_action() is None

@@ -257,3 +257,48 @@ def test_unseeded_reset_records_its_seed_so_replay_is_exact():
     snap = TextEnv.snapshot(env)
     assert isinstance(snap.seed, int)
     assert env.restore(snap)[0] == after and env.answer == info["answer"]
+
+
+# -- prompts for language models -------------------------------------------------------------
+QA = {"kb_seed": 0, "kb_size": 12, "hops": [1, 2], "max_steps": 4}  # the presets' options
+
+
+def test_text_render_names_the_actions_in_words_and_shows_the_question():
+    env = make("search_qa", render="text", **QA)
+    obs, _ = env.reset(seed=3)
+    assert obs == "Question: who is the founder of the employer of Kabelfen ?"
+    assert env.instruction.endswith("Question: who is the founder of the employer of Kabelfen ?")
+    assert "search[" not in env.instruction  # the format sentence comes from describe_format
+    assert env.vocabulary() == []  # open text: a subword tokenizer
+    # later observations are the same as in the compact rendering
+    compact = make("search_qa", **QA)
+    compact.reset(seed=3)
+    search = "search[Kabelfen works for]"
+    assert env.step(search)[0] == compact.step(search)[0]
+
+
+def test_gold_action_follows_the_gold_chain_turn_by_turn():
+    env = make("search_qa", **QA)
+    env.reset(seed=3)  # founder of the employer of Kabelfen: 2 hops
+    seen = []
+    while (gold := env.gold_action()) is not None:
+        seen.append(gold)
+        *_, info = env.step(gold)
+    assert seen == ["search[Kabelfen works for]", "search[Karon founded by]", "answer[Kaka]"]
+    assert info["success"]
+    env.reset(seed=3)
+    env.step("search[nothing useful]")  # a wasted turn: the next gold is the second hop's
+    assert env.gold_action() == "search[Karon founded by]"
+
+
+def test_tools_are_search_and_answer_schemas_matching_the_env_actions():
+    from cairn.agent import format_completion, parse_action
+
+    env = make("search_qa", **QA)
+    names = [t["function"]["name"] for t in env.tools]
+    args = [list(t["function"]["parameters"]["properties"]) for t in env.tools]
+    assert names == ["search", "answer"] and args == [["query"], ["answer"]]
+    env.reset(seed=3)
+    for action in env.gold_actions():  # every gold action round-trips through a tool call
+        call = format_completion(action, fmt="tool_call")
+        assert env.step(parse_action(call, fmt="tool_call"))[4]["valid"]

@@ -602,3 +602,60 @@ def test_pinned_trace_of_580_episodes_is_unchanged():
             digest.update(json.dumps(record, sort_keys=True).encode())
     digest.update(json.dumps(make("sokoban", size=7, num_boxes=2).vocabulary()).encode())
     assert digest.hexdigest() == PINNED_SHA256
+
+
+# -- the text rendering and the gold action (prompts for language models) ----------------------
+DOC_ROOM = "# # # # # #\n# # _ . # #\n# _ @ $ _ #\n# # _ _ # #\n# _ _ _ _ #\n# # # # # #"
+
+
+def test_text_render_numbers_rows_and_names_positions():
+    env = Sokoban(room=DOC_ROOM, render="text")
+    obs, info = env.reset(seed=0)
+    assert obs == (
+        "You are at row 2, column 2. Box at row 2, column 3. Target at row 1, column 3.\n"
+        "row 0: # # # # # #\nrow 1: # # _ . # #\nrow 2: # _ @ $ _ #\nrow 3: # # _ _ # #\n"
+        "row 4: # _ _ _ _ #\nrow 5: # # # # # #"
+    )
+    assert info["anchor"] == DOC_ROOM  # the anchor is the grid whatever the rendering
+    assert "# wall" in env.instruction and "row 0 at the top" in env.instruction
+    assert env.vocabulary() == []  # open text: a subword tokenizer
+    # down, right, up: the box goes onto the target, shown as * and named "on a target"
+    obs = play(env, ["down", "right", "up"])[-1][0]
+    assert obs.splitlines()[2] == "row 1: # # _ * # #"
+    assert obs.startswith("You are at row 2, column 3. Box on a target at row 1, column 3.\n")
+
+
+def test_text_render_survives_snapshot_and_restore():
+    env = Sokoban(room=DOC_ROOM, render="text")
+    env.reset(seed=0)
+    snap, obs = env.snapshot(), env.step("down")[0]
+    env.step("right")
+    assert env.restore(snap)[0] != obs and env.step("down")[0] == obs
+
+
+def test_gold_action_is_the_solvers_next_move():
+    env = Sokoban(room=DOC_ROOM, max_steps=5)
+    env.reset(seed=0)
+    moves = []
+    while (gold := env.gold_action()) is not None:
+        moves.append(gold)
+        env.step(gold)
+    assert moves == ["down", "right", "up"] and env.room.solved
+    env.reset(seed=0)
+    play(env, ["left", "left", "left", "left"])  # one step left: no 3-move plan fits
+    assert env.gold_action() is None
+    assert Sokoban.example_action in ACTIONS
+
+
+def test_the_text_renderings_demonstration_is_a_solving_episode():
+    assert Sokoban(render="compact").demonstration() == []  # tiny prompts: no example
+    demo = Sokoban(render="text").demonstration()
+    assert [a for _, a in demo] == ["right", "right"]
+    assert demo[0][0].startswith(
+        "You are at row 1, column 1. Box at row 1, column 3. Target at row 1, column 4.\n"
+    )
+    room = "\n".join(line.split(": ", 1)[1] for line in demo[0][0].splitlines()[1:])
+    env = Sokoban(room=room, render="text")
+    assert env.reset(seed=0)[0] == demo[0][0]
+    assert env.step("right")[0] == demo[1][0]
+    assert env.step("right")[4]["success"]  # the second push puts the box home

@@ -304,3 +304,15 @@ def test_generation_is_deterministic_across_caches(tmp_path):
     a = cached_game("custom", settings, 5, tmp_path / "a")
     b = cached_game("custom", settings, 5, tmp_path / "b")
     assert a.name == b.name and a.read_bytes() == b.read_bytes()
+
+
+def test_gold_action_follows_the_walkthrough_until_the_episode_leaves_it(env):
+    env.reset(seed=0)
+    gold, seen = env.gold_actions(), []
+    while (action := env.gold_action()) is not None:
+        seen.append(action)
+        env.step(action)
+    assert seen == gold
+    env.reset(seed=0)
+    env.step("dance")  # an invalid command leaves the walkthrough
+    assert env.gold_action() is None

@@ -267,3 +267,15 @@ def test_throughput(env):
     rate = n / (time.perf_counter() - start)
     print(f"twx arithmetic: {rate:.0f} steps/s (random admissible actions, resets included)")
     assert rate > 300
+
+
+def test_gold_action_follows_the_gold_path_until_the_episode_leaves_it(env):
+    env.reset(seed=0)
+    seen = []
+    while (gold := env.gold_action()) is not None:
+        seen.append(gold)
+        env.step(gold)
+    assert seen == ARITHMETIC_GOLD
+    env.reset(seed=0)
+    env.step("inventory")  # not the walkthrough's first action
+    assert env.gold_action() is None

@@ -16,11 +16,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from cairn.agent import parse_action
+from cairn.agent import example_completion, parse_action
 from cairn.envs import make
 from cairn.policies import smol
 from cairn.train.config import ConfigError, load_config
-from cairn.train.setup import TinyKeyWarning, check_token_budget, gold_completion
+from cairn.train.setup import TinyKeyWarning, check_token_budget
 
 ALIAS = "smollm2-135m-instruct"
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,11 +59,11 @@ def _gold(env, name: str) -> str:
 
 
 # -- budgets ---------------------------------------------------------------------------------
-def test_gold_completion_in_each_format():
-    assert gold_completion("up", "line") == "up"
-    assert gold_completion("up", "tagged") == "<action>up</action>"
+def test_a_gold_completion_in_each_format():
+    assert example_completion("line", "up") == "up"
+    assert example_completion("tagged", "up") == "<action>up</action>"
     tools = make("search_qa").tools
-    call = gold_completion("search[Kalomi born]", "tool_call", tools)
+    call = example_completion("tool_call", "search[Kalomi born]", tools)
     assert call.startswith("<tool_call>") and '"search"' in call
     assert parse_action(call, fmt="tool_call") == "search[Kalomi born]"
 
@@ -76,7 +76,7 @@ def test_a_gold_answer_parses_and_fits_the_presets_cap(preset, smol_cache, smol_
     for seed in range(4):
         env.reset(seed=seed)
         gold = _gold(env, cfg.env.name)
-        text = gold_completion(gold, fmt, env.tools)
+        text = example_completion(fmt, gold, env.tools)
         assert parse_action(text, fmt=fmt) == gold.strip()
         n = len(smol_tokenizer(text, add_special_tokens=False)["input_ids"])
         assert n <= cfg.rollout.max_new_tokens, (preset, text, n)

@@ -1,6 +1,6 @@
 """The agent side of the loop: prompts from observations and history, actions from text."""
 
-from cairn.agent.instructions import describe_format, tool_schema
+from cairn.agent.instructions import describe_format, example_completion, tool_schema
 from cairn.agent.parse import ACTION_FORMATS, format_completion, parse_action, parse_tool_call
 from cairn.agent.prompt import (
     PROMPT_STYLES,
@@ -24,6 +24,7 @@ __all__ = [
     "PromptBuilder",
     "Turn",
     "describe_format",
+    "example_completion",
     "fit_prompt",
     "format_completion",
     "parse_action",

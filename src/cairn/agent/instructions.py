@@ -9,7 +9,8 @@ they are).
 
 ``tool_call``: the env's ``tools`` (JSON schemas, as ``apply_chat_template(tools=...)``
 takes them) reach a chat template that renders tools; where the template does not, the
-tools are described here in one line each.
+tools are described here in one line each. With ``line`` and ``tagged`` the same tools are
+listed as the env actions they stand for (``search[query]: ...``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from cairn.agent.parse import ACTION_FORMATS, format_completion
 
-__all__ = ["describe_format", "tool_schema"]
+__all__ = ["describe_format", "example_completion", "tool_schema"]
 
 
 def tool_schema(name: str, argument: str, description: str, arg_help: str) -> dict[str, Any]:
@@ -53,16 +54,14 @@ def describe_format(
     """
     if fmt not in ACTION_FORMATS:
         raise ValueError(f"action format {fmt!r} is not one of {', '.join(ACTION_FORMATS)}")
+    actions = ["Actions:", *(_action_line(t) for t in tools)] if tools else []
     if fmt == "line":
-        return (
-            "Reply with your action alone on the first line, nothing before it. "
-            f"Example:\n{example_action}"
-        )
+        head = "Reply with your action alone on the first line, nothing before it."
+        return _joined(head, actions, f"Example:\n{example_action}")
     if fmt == "tagged":
-        return (
-            "You may think first, then write your action between <action> and </action>. "
-            f"Example: {format_completion(example_action, fmt='tagged')}"
-        )
+        head = "You may think first, then write your action between <action> and </action>."
+        example = format_completion(example_action, fmt="tagged")
+        return _joined(head, actions, f"Example: {example}")
     lines = ["Call exactly one tool per turn, as JSON between <tool_call> and </tool_call>."]
     if tools and not tools_in_template:
         lines.append("Tools:")
@@ -76,6 +75,27 @@ def _tool_line(tool: dict[str, Any]) -> str:
     fn = tool["function"]
     args = ", ".join(fn["parameters"]["properties"])
     return f"- {fn['name']}({args}): {fn['description']}"
+
+
+def example_completion(fmt: str, example_action: str, tools: Sequence[dict[str, Any]] = ()) -> str:
+    """``example_action`` written as a model's whole reply in format ``fmt``: the bare
+    action (``line``), ``<action>...</action>`` (``tagged``) or the JSON tool call."""
+    if fmt not in ACTION_FORMATS:
+        raise ValueError(f"action format {fmt!r} is not one of {', '.join(ACTION_FORMATS)}")
+    if fmt == "line":
+        return example_action
+    return format_completion(example_action, fmt=fmt, arg=_arg_of(tools, example_action))
+
+
+def _joined(head: str, actions: list[str], example: str) -> str:
+    """One paragraph, or one line each when an action list sits between."""
+    return "\n".join([head, *actions, example]) if actions else f"{head} {example}"
+
+
+def _action_line(tool: dict[str, Any]) -> str:
+    fn = tool["function"]
+    args = ", ".join(fn["parameters"]["properties"])
+    return f"- {fn['name']}[{args}]: {fn['description']}"
 
 
 def _arg_of(tools: Sequence[dict[str, Any]], action: str) -> str | None:

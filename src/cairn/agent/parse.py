@@ -4,8 +4,9 @@ Three formats (``agent.action_format``):
 
 - ``line`` (lenient, the default): an ``<action>...</action>`` tag when present, else the
   first non-empty line;
-- ``tagged``: only an ``<action>...</action>`` tag counts; a completion without one has no
-  action (a format error);
+- ``tagged``: only an ``<action>...</action>`` tag counts (any case, spaces inside the
+  brackets allowed: ``< Action >up</ACTION >``); a completion without one has no action (a
+  format error);
 - ``tool_call``: a JSON tool call ``<tool_call>{"name": N, "arguments": {K: V}}</tool_call>``
   with exactly one argument becomes the env action ``N[V]`` (search_qa's ``search[query]``);
   malformed JSON, a missing name or any other argument shape is a format error.
@@ -26,7 +27,7 @@ from typing import Any
 __all__ = ["ACTION_FORMATS", "format_completion", "parse_action", "parse_tool_call"]
 
 ACTION_FORMATS = ("line", "tagged", "tool_call")
-_TAGGED = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+_TAGGED = re.compile(r"<\s*action\s*>(.*?)<\s*/\s*action\s*>", re.DOTALL | re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _ENV_ACTION = re.compile(r"^\s*(\w+)\s*\[(.*)\]\s*$", re.DOTALL)
 

@@ -18,6 +18,19 @@ prompt extends the previous turn's prompt plus its sampled ids. The template is 
 with a placeholder per assistant turn and split there, so any template that renders an
 earlier turn the same way whatever follows it gives this prefix property.
 
+Tools (``tools``, the env's JSON schemas for the ``tool_call`` format): passed to the chat
+template as ``apply_chat_template(..., tools=...)`` when the template renders tools
+(``renders_tools``: its source mentions ``tools``), as transformers does for Qwen-style
+templates; otherwise they are left to the instruction (``cairn.agent.describe_format``
+lists them). The tools render inside the system turn, before any assistant turn, so the
+token-in/token-out prefix property holds with them.
+
+A demonstration (``example``: (observation, completion) pairs, one per turn of a short
+made-up episode): the prompt opens with it as finished exchanges (chat: an observation
+turn and an assistant turn each, after the system turn; flat: an ``obs: ... act: ...``
+line each, after the instruction). A small instruction model follows
+the answer format far more often after one such exchange than after any wording of it.
+
 A context budget (``fit_prompt``): when a prompt would exceed ``budget`` tokens the oldest
 shown turns are dropped, one at a time (never the instruction or the current
 observation); a prompt that does not fit even with no earlier turn raises
@@ -77,6 +90,8 @@ class PromptBuilder:
     chat_template: object | None = None  # a tokenizer with apply_chat_template, or None
     style: str = "flat"  # "flat" | "chat" (module docstring)
     tool_observations: bool = False  # chat: observations after the first are tool answers
+    tools: tuple[dict[str, Any], ...] = ()  # JSON tool schemas for a template that renders them
+    example: tuple[tuple[str, str], ...] = ()  # (observation, completion) turns shown first
 
     def __post_init__(self) -> None:
         if self.style not in PROMPT_STYLES:
@@ -99,6 +114,7 @@ class PromptBuilder:
         lines = [instruction] if instruction else []
         if extra:
             lines.append(extra)
+        lines += [f"{OBS} {o} {ACT} {c}" for o, c in self.example]
         shown = past[len(past) - self.history :] if self.history > 0 else ()
         lines += [f"{OBS} {o} {ACT} {a}" for o, a in shown]
         lines.append(f"{OBS} {observation} {ACT}")
@@ -109,9 +125,17 @@ class PromptBuilder:
             return self._render(self.messages(instruction, shown, observation, extra, len(past)))
         return self._render([{"role": "user", "content": text}])
 
+    @property
+    def renders_tools(self) -> bool:
+        """The prompts carry ``tools`` through the chat template: there are tools and the
+        template renders them (its source mentions ``tools``)."""
+        source = getattr(self.chat_template, "chat_template", None)
+        return bool(self.tools) and isinstance(source, str) and "tools" in source
+
     def _render(self, messages: list[dict[str, str]]) -> str:
+        extra = {"tools": list(self.tools)} if self.renders_tools else {}
         return self.chat_template.apply_chat_template(  # type: ignore[union-attr]
-            messages, tokenize=False, add_generation_prompt=True
+            messages, tokenize=False, add_generation_prompt=True, **extra
         )
 
     def messages(
@@ -122,7 +146,8 @@ class PromptBuilder:
         extra: str = "",
         turn: int | None = None,
     ) -> list[dict[str, str]]:
-        """The chat messages: system, then (observation, assistant) per shown turn, then the
+        """The chat messages: system, the ``example`` exchange, then (observation, assistant)
+        per shown turn, then the
         current observation. ``turn`` is the current turn's index in the episode (default:
         ``len(shown)``); only the episode's first observation is a user turn when
         observations are tool answers."""
@@ -130,6 +155,9 @@ class PromptBuilder:
         first = turn - len(shown)  # episode index of the first shown turn
         system = "\n".join(x for x in (instruction, extra) if x)
         out = [{"role": "system", "content": system}] if system else []
+        for k, (obs, completion) in enumerate(self.example):
+            out.append({"role": self._obs_role(k), "content": obs})
+            out.append({"role": "assistant", "content": completion})
         for k, (obs, action) in enumerate(shown):
             out.append({"role": self._obs_role(first + k), "content": obs})
             out.append({"role": "assistant", "content": action})

@@ -18,6 +18,7 @@ __all__ = [
     "check_int_choices",
     "check_int_range",
     "fresh_seed",
+    "next_on_path",
 ]
 
 
@@ -67,6 +68,20 @@ def check_int_choices(name: str, value: Any, allowed: Sequence[int]) -> tuple[in
         if isinstance(v, bool) or v not in allowed:
             raise ValueError(f"{name} values must be in {list(allowed)}, got {v!r}")
     return tuple(values)
+
+
+def next_on_path(gold: Sequence[str], taken: Sequence[str]) -> str | None:
+    """The next action of the walkthrough ``gold`` while the actions ``taken`` so far are its
+    prefix (compared lower-case with single spaces); None once off the path or past its end."""
+
+    def squash(a: str) -> str:
+        return " ".join(a.lower().split())
+
+    if len(taken) >= len(gold):
+        return None
+    if any(squash(a) != squash(g) for a, g in zip(taken, gold[: len(taken)], strict=True)):
+        return None
+    return gold[len(taken)]
 
 
 def fresh_seed() -> int:

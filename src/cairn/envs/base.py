@@ -46,6 +46,9 @@ class TextEnv(ABC):
     #: One legal action as the env receives it (``up``, ``search[query]``): the example of
     #: the answer format a language model is shown (``cairn.agent.describe_format``).
     example_action: str = ""
+    #: An observation that ``example_action`` answers, in the env's language-model rendering
+    #: (``demonstration``). Empty where the rendering has none (the compact forms).
+    example_observation: str = ""
     #: Tools for the ``tool_call`` action format, as JSON schemas
     #: (``cairn.agent.tool_schema``): each tool ``name`` with one argument is the env
     #: action ``name[value]``. Empty where the env's actions are not tool calls.
@@ -83,6 +86,14 @@ class TextEnv(ABC):
         for action in snap.actions:
             obs, _, _, _, info = self.step(action)
         return obs, info
+
+    def demonstration(self) -> list[tuple[str, str]]:
+        """A short made-up episode as (observation, action) turns: a language model's prompt
+        opens with it (``PromptBuilder.example``). Default: ``example_observation`` answered
+        by ``example_action``, or none where there is no example observation."""
+        if not self.example_observation:
+            return []
+        return [(self.example_observation, self.example_action)]
 
     def gold_action(self) -> str | None:
         """A correct action from the current state (the solver's next move, the gold

@@ -15,14 +15,29 @@ and its literals must form a sub-multiset of the given numbers.
 Reset info carries ``key_steps``: the intermediate equations of that solution (Step-GRPO's
 StepRAR reward matches them in an answer; see ``key_steps``).
 
-Observation: ``numbers 3 7 25 50 target 302`` (then ``last too low`` / ``last too high`` /
-``last invalid`` / ``last correct`` after a try). Write answers with spaces between tokens
-(``( 25 - 3 ) * 7 + 50``) for a word-level tokenizer; spacing does not matter to the parser.
+Renderings (``render=``):
+- ``"compact"`` (default, for tiny models): ``numbers 3 7 25 50 target 302`` (then ``last too
+  low`` / ``last too high`` / ``last invalid`` / ``last correct`` after a try) and a one-line
+  instruction. Write answers with spaces between tokens (``( 25 - 3 ) * 7 + 50``) for a
+  word-level tokenizer; spacing does not matter to the parser.
+- ``"text"`` (for language models): ``Numbers: 3, 7, 25, 50. Target: 302.`` (then ``Your last
+  answer was too low.`` ...) and an instruction stating the goal and the rules, no answer
+  format (``agent.describe_format`` adds the format of ``agent.action_format``).
+
+Answers as language models write them (``read_answer``): a leading ``Answer:``, surrounding
+backticks or ``$``, a final period, ``×``/``÷`` for ``*``/``/`` and a trailing
+``= 302`` are accepted; the stated value must equal the expression's value (``1 + 4 + 3 =
+9`` is invalid), and success still needs that value to be the target.
+
+Instances whose target is the sum or the product of all the numbers (a shortcut a policy
+learns without searching) are redrawn unless ``allow_trivial`` is set.
 """
 
 from __future__ import annotations
 
 import ast
+import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
@@ -32,6 +47,7 @@ import numpy as np
 
 from cairn.envs._common import (
     EpisodeClock,
+    check_choice,
     check_float,
     check_int,
     check_int_range,
@@ -44,7 +60,9 @@ __all__ = [
     "CountdownSnapshot",
     "evaluate_expression",
     "generate_countdown",
+    "is_trivial",
     "key_steps",
+    "read_answer",
 ]
 
 _OPS = ("+", "-", "*", "/")
@@ -53,6 +71,16 @@ _AST_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _MAX_EXPR_CHARS = 500
 _MAX_VOCAB_NUMBERS = 100_000
 _FEEDBACK = ("too", "low", "high", "invalid", "correct")
+_RENDERS = ("compact", "text")
+_TEXT_FEEDBACK = {
+    "invalid": "Your last answer was not a valid expression over the numbers.",
+    "too low": "Your last answer was too low.",
+    "too high": "Your last answer was too high.",
+    "correct": "Your last answer was correct.",
+}
+_ANSWER_PREFIX = re.compile(r"^(?:final\s+)?answer\s*(?::|is\b:?)\s*", re.IGNORECASE)
+_STATED = re.compile(r"^(.*?)=\s*(-?\d+)\s*$", re.DOTALL)
+_SYMBOLS = str.maketrans({"\u00d7": "*", "\u00f7": "/", "\u2212": "-"})
 
 
 def generate_countdown(
@@ -61,22 +89,33 @@ def generate_countdown(
     number_range: tuple[int, int] = (1, 100),
     target_range: tuple[int, int] = (1, 999),
     max_tries: int = 10_000,
+    allow_trivial: bool = True,
 ) -> tuple[list[int], int, str]:
     """Draw ``(numbers, target, solution)`` with ``solution`` using every number once.
 
     Intermediate values stay positive integers; instances whose target falls outside
-    ``target_range`` are redrawn (ValueError after ``max_tries`` draws).
+    ``target_range``, or (``allow_trivial=False``) is the sum or the product of all the
+    numbers, are redrawn (ValueError after ``max_tries`` draws).
     """
     for _ in range(max_tries):
         n = int(rng.integers(count[0], count[1] + 1))
         numbers = [int(v) for v in rng.integers(number_range[0], number_range[1] + 1, size=n)]
         built = _random_expression(numbers, rng)
-        if built is not None and target_range[0] <= built[0] <= target_range[1]:
+        if built is None or not target_range[0] <= built[0] <= target_range[1]:
+            continue
+        if allow_trivial or not is_trivial(numbers, built[0]):
             return numbers, built[0], built[1]
     raise ValueError(
         f"no countdown instance with count={count}, number_range={number_range} reaches "
-        f"target_range={target_range} in {max_tries} draws; widen target_range"
+        f"target_range={target_range} in {max_tries} draws"
+        + ("" if allow_trivial else " without a trivial target")
+        + "; widen target_range"
     )
+
+
+def is_trivial(numbers: list[int], target: int) -> bool:
+    """True when ``target`` is the sum or the product of all of ``numbers`` (a shortcut)."""
+    return target in (sum(numbers), math.prod(numbers))
 
 
 def _random_expression(numbers: list[int], rng: np.random.Generator) -> tuple[int, str] | None:
@@ -133,6 +172,36 @@ def evaluate_expression(text: str, numbers: list[int]) -> Fraction | None:
     except (ValueError, ZeroDivisionError, RecursionError):
         return None
     return value if not Counter(used) - Counter(numbers) else None
+
+
+def read_answer(text: str, numbers: list[int]) -> Fraction | None:
+    """The value of an answer as a language model writes it, or None if it is invalid.
+
+    Around one expression (``evaluate_expression``) it allows a leading ``Answer:``,
+    surrounding backticks or ``$``, a final period, ``×``/``÷``/``−`` for ``* / -`` and a
+    trailing ``= N``, which must state the expression's value: ``1 + 4 + 3 = 8`` is 8,
+    ``1 + 4 + 3 = 9`` is invalid.
+    """
+    if not isinstance(text, str) or len(text) > _MAX_EXPR_CHARS:
+        return None
+    body = _strip_decoration(text.translate(_SYMBOLS))
+    stated = _STATED.match(body)
+    if stated is not None:
+        body = _strip_decoration(stated.group(1))
+    value = evaluate_expression(body, numbers)
+    if value is None or (stated is not None and value != int(stated.group(2))):
+        return None
+    return value
+
+
+def _strip_decoration(text: str) -> str:
+    """``text`` without a leading ``Answer:``, wrapping backticks or ``$`` and a final period."""
+    text = _ANSWER_PREFIX.sub("", text.strip()).strip()
+    text = text.removesuffix(".").strip()
+    for mark in ("```", "`", "$$", "$"):
+        if len(text) > 2 * len(mark) and text.startswith(mark) and text.endswith(mark):
+            text = text[len(mark) : -len(mark)].strip()
+    return text.removesuffix(".").strip()
 
 
 def _eval_node(node: ast.AST, used: list[int]) -> Fraction:
@@ -194,17 +263,25 @@ class CountdownSnapshot:
 class Countdown(TextEnv):
     """Countdown arithmetic puzzle; the action is one expression.
 
+    ``example_action`` (the format example a language model is shown) uses numbers of its
+    own, as TinyZero's prompt does, so that it never gives an instance's answer away.
+
     Options:
         count: (lo, hi) how many numbers are given, drawn per seed, within 2..8.
         number_range: (lo, hi) range of the given numbers, within 1..10**6.
         target_range: (lo, hi) range of targets, within 1..10**9.
         format_reward: reward of a well-formed expression that misses the target, [0, 1).
         max_steps: tries per episode (1: single-turn).
+        render: ``"compact"`` (tiny models) or ``"text"`` (language models); module docstring.
+        allow_trivial: also draw instances whose target is the sum or the product of all
+            the numbers (default False: they are redrawn).
 
     Episode end: a correct answer terminates with reward 1; a well-formed wrong answer on
     the last try terminates with ``format_reward``; an invalid action on the last try
     truncates with reward 0.
     """
+
+    example_action = "(1 + 2) * 3"
 
     def __init__(
         self,
@@ -213,6 +290,8 @@ class Countdown(TextEnv):
         target_range: tuple[int, int] = (1, 999),
         format_reward: float = 0.0,
         max_steps: int = 1,
+        render: str = "compact",
+        allow_trivial: bool = False,
     ) -> None:
         super().__init__()
         self.count = check_int_range("count", count, 2, 8)
@@ -220,6 +299,12 @@ class Countdown(TextEnv):
         self.target_range = check_int_range("target_range", target_range, 1, 10**9)
         self.format_reward = check_float("format_reward", format_reward, 0.0, 0.999)
         self._clock = EpisodeClock("countdown", check_int("max_steps", max_steps, 1))
+        self.render = check_choice("render", render, _RENDERS)
+        if self.render == "text":
+            self.example_observation = "Numbers: 1, 2, 3. Target: 9."
+        if not isinstance(allow_trivial, bool):
+            raise ValueError(f"allow_trivial must be True or False, got {allow_trivial!r}")
+        self.allow_trivial = allow_trivial
         self.numbers: list[int] = []
         self.target = 0
         self._gold = ""
@@ -230,29 +315,46 @@ class Countdown(TextEnv):
             seed = self._seed = fresh_seed()
         rng = np.random.default_rng(seed)
         self.numbers, self.target, self._gold = generate_countdown(
-            rng, self.count, self.number_range, self.target_range
-        )
-        self.instruction = (
-            f"Using the numbers {', '.join(map(str, self.numbers))}, write an arithmetic "
-            f"expression that equals {self.target}. You may use + - * / and parentheses, "
-            "and each number at most once. Answer with the expression only."
-        )
+            rng, self.count, self.number_range, self.target_range,
+            allow_trivial=self.allow_trivial,
+        )  # fmt: skip
+        listed = ", ".join(map(str, self.numbers))
+        if self.render == "compact":
+            self.instruction = (
+                f"Using the numbers {listed}, write an arithmetic "
+                f"expression that equals {self.target}. You may use + - * / and parentheses, "
+                "and each number at most once. Answer with the expression only."
+            )
+        else:
+            self.instruction = (
+                f"Countdown: make {self.target} from the numbers {listed}. Combine them with "
+                "+ - * / and parentheses into one arithmetic expression whose value is "
+                f"{self.target}. Use each number at most once."
+            )
         self._clock.start()
-        return self._record(self._problem_text(), valid=True, success=False)
+        return self._record(self._observation(None), valid=True, success=False)
 
     def _step(self, action: str) -> StepResult:
         last_try = self._clock.tick()
-        value = evaluate_expression(action, self.numbers)
+        value = read_answer(action, self.numbers)
         if value is None:
             self._clock.done = last_try
-            obs, info = self._record(f"{self._problem_text()} last invalid", False, False)
+            obs, info = self._record(self._observation("invalid"), False, False)
             return obs, 0.0, False, last_try, info
         correct = value == self.target
         self._clock.done = correct or last_try
         feedback = "correct" if correct else ("too low" if value < self.target else "too high")
-        obs, info = self._record(f"{self._problem_text()} last {feedback}", True, correct)
+        obs, info = self._record(self._observation(feedback), True, correct)
         reward = 1.0 if correct else self.format_reward
         return obs, reward, self._clock.done, False, info
+
+    def _observation(self, feedback: str | None) -> str:
+        """The observation in the configured rendering, after ``feedback`` on the last try."""
+        if self.render == "compact":
+            text = self._problem_text()
+            return text if feedback is None else f"{text} last {feedback}"
+        text = f"Numbers: {', '.join(map(str, self.numbers))}. Target: {self.target}."
+        return text if feedback is None else f"{text} {_TEXT_FEEDBACK[feedback]}"
 
     def solution(self) -> str:
         """An expression (tokens separated by spaces) that reaches this instance's target."""
@@ -263,6 +365,12 @@ class Countdown(TextEnv):
     def solve(self) -> list[str]:
         """The plan a warm-up or a demonstration replays: the one answer ``solution()``."""
         return [self.solution()]
+
+    def gold_action(self) -> str | None:
+        """The solution while the episode is on (None before reset and after the end)."""
+        if not self._clock.started or self._clock.done:
+            return None
+        return self._gold
 
     # -- branching ----------------------------------------------------------------------------
     def snapshot(self) -> CountdownSnapshot:

@@ -28,6 +28,7 @@ from the reset seed (``reset(seed=None)`` draws a seed and records it for that r
 from __future__ import annotations
 
 import copy
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,8 @@ class FrozenLake(TextEnv):
         step_cost: subtracted from the reward of every valid step (reward 1 at the goal).
         max_steps: steps before truncation.
     """
+
+    example_action = "down"
 
     def __init__(
         self,
@@ -143,6 +146,15 @@ class FrozenLake(TextEnv):
         self._clock.done = term or trunc
         self._last = (self._observe(), self._info(valid=valid))
         return self._last[0], reward, term, trunc, dict(self._last[1])
+
+    def gold_action(self) -> str | None:
+        """The first move of a shortest hole-free path to G (ties: ``ACTIONS`` order), or
+        None when the episode is over or no such path exists. On slippery ice it is the
+        move to intend, not a promise of where the agent lands."""
+        if self._gym is None or not self._clock.started or self._clock.done:
+            return None
+        path = _shortest_path(self._desc, divmod(int(self._gym.s), len(self._desc[0])))
+        return path[0] if path else None
 
     # -- branching: copy the Gymnasium state instead of replaying ------------------------
     def snapshot(self) -> FrozenLakeSnapshot:
@@ -230,6 +242,29 @@ class FrozenLake(TextEnv):
             "position": (row, col),
             "steps": self._clock.steps,
         }
+
+
+def _shortest_path(desc: tuple[str, ...], start: tuple[int, int]) -> list[str] | None:
+    """Breadth-first moves from ``start`` to G over cells that are not holes."""
+    rows, cols = len(desc), len(desc[0])
+    parent: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        if desc[cell[0]][cell[1]] == "G":
+            moves: list[str] = []
+            while (step := parent[cell]) is not None:
+                cell, move = step[0], step[1]
+                moves.append(move)
+            return moves[::-1]
+        for move in ACTIONS:
+            dr, dc = _MOVES[move]
+            nxt = (cell[0] + dr, cell[1] + dc)
+            inside = 0 <= nxt[0] < rows and 0 <= nxt[1] < cols
+            if inside and nxt not in parent and desc[nxt[0]][nxt[1]] != "H":
+                parent[nxt] = (cell, move)
+                queue.append(nxt)
+    return None
 
 
 def _offset_words(d_row: int, d_col: int) -> str:

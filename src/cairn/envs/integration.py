@@ -402,6 +402,8 @@ class Integration(TextEnv):
     the last try terminates with reward 0; an unparseable one on the last try truncates.
     """
 
+    example_action = "x**2/2 + sin(x)"
+
     def __init__(
         self,
         level: int | Sequence[int] = LEVELS,
@@ -462,6 +464,12 @@ class Integration(TextEnv):
         if not self._clock.started:
             raise RuntimeError("integration: call reset() first")
         return str(sp.integrate(self.integrand, x))
+
+    def gold_action(self) -> str | None:
+        """``solution()`` while the episode is on (None before reset and after the end)."""
+        if not self._clock.started or self._clock.done:
+            return None
+        return self.solution()
 
     # -- branching ------------------------------------------------------------------------------
     def snapshot(self) -> IntegrationSnapshot:

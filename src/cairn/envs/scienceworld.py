@@ -67,7 +67,7 @@ from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
 from scienceworld.utils import infer_task
 
-from cairn.envs._common import EpisodeClock, check_choice, check_int
+from cairn.envs._common import EpisodeClock, check_choice, check_int, next_on_path
 from cairn.envs._jvm import (
     JvmDied,
     acquire_jvm,
@@ -202,6 +202,8 @@ class ScienceWorld(TextEnv):
             (up to a quarter of the machine's memory).
     """
 
+    example_action = "look around"
+
     def __init__(
         self,
         task: str | int = "boil",
@@ -294,6 +296,13 @@ class ScienceWorld(TextEnv):
             self._require_episode()
             self._admissible = sorted(set(self._server().getValidActionObjectCombinations()))
         return list(self._admissible)
+
+    def gold_action(self) -> str | None:
+        """The walkthrough's next action while this episode has followed it (None once off
+        it or at its end)."""
+        if not self._clock.started or self._clock.done:
+            return None
+        return next_on_path(self.gold_actions(), self._actions)
 
     @_on_live_jvm(replay=True)
     def gold_actions(self) -> list[str]:

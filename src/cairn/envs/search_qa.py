@@ -18,6 +18,11 @@ Actions:
   match in both modes.
 Anything else is invalid and changes nothing. Spaces around brackets are allowed
 (``search [ Kalomi born ]``), so a word-level tokenizer over ``vocabulary()`` can write it.
+
+For the ``tool_call`` format the two actions are tools (``tools``: ``search(query)`` and
+``answer(answer)`` as JSON schemas); ``render="text"`` gives an instruction for language
+models that names the actions in words (the answer format comes from
+``cairn.agent.describe_format``) and shows the question as ``Question: ...``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from cairn.agent.instructions import tool_schema
 from cairn.envs._common import (
     EpisodeClock,
     check_choice,
@@ -48,6 +54,17 @@ _ACTION = re.compile(r"^\s*(search|answer)\s*\[(.*)\]\s*$", re.DOTALL | re.IGNOR
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _OBS_WORDS = ("no", "results", "correct", "wrong", "search", "answer", "[", "]")
+_RENDERS = ("compact", "text")
+TOOLS = (
+    tool_schema(
+        "search", "query", "Search the documents; shows the best matching ones.",
+        "a few words naming what to look up",
+    ),
+    tool_schema(
+        "answer", "answer", "Give the final answer; this ends the episode.",
+        "the answer, a name",
+    ),
+)  # fmt: skip
 
 
 def normalize_answer(text: str) -> str:
@@ -87,7 +104,12 @@ class SearchQA(TextEnv):
         top_k: documents per search, 1..20.
         reward: ``"em"`` (exact match, 0/1) or ``"f1"`` (token F1).
         max_steps: tool calls per episode before truncation.
+        render: ``"compact"`` (tiny models) or ``"text"`` (language models; module
+            docstring).
     """
+
+    example_action = "search[Kalomi born]"
+    tools = TOOLS
 
     def __init__(
         self,
@@ -97,6 +119,7 @@ class SearchQA(TextEnv):
         top_k: int = 3,
         reward: str = "em",
         max_steps: int = 8,
+        render: str = "compact",
     ) -> None:
         super().__init__()
         self.kb_seed = None if kb_seed is None else check_int("kb_seed", kb_seed, 0)
@@ -105,6 +128,9 @@ class SearchQA(TextEnv):
         self.top_k = check_int("top_k", top_k, 1, 20)
         self.reward = check_choice("reward", reward, ("em", "f1"))
         self._clock = EpisodeClock("search_qa", check_int("max_steps", max_steps, 1))
+        self.render = check_choice("render", render, _RENDERS)
+        if self.render == "text":
+            self.example_observation = "Question: where was Kalomi born ?"
         self._kb_key = (0, self.kb_size)
         self._kb: KnowledgeBase | None = None
         self._question: Question | None = None
@@ -129,6 +155,23 @@ class SearchQA(TextEnv):
         """A successful episode: the gold searches, then the answer."""
         return [f"search[{q}]" for q in self.gold_queries] + [f"answer[{self.answer}]"]
 
+    def demonstration(self) -> list[tuple[str, str]]:
+        """The text rendering's made-up episode: one search, its results, the answer."""
+        if self.render != "text":
+            return []
+        return [
+            (self.example_observation, self.example_action),
+            ("[1] Kalomi was born in Torbel\n[2] Torbel is a city in Venlu", "answer[Torbel]"),
+        ]
+
+    def gold_action(self) -> str | None:
+        """The gold action of this turn: the next gold search by the number of turns taken,
+        the answer from the last hop on (None once the episode is over)."""
+        if self._question is None or self._clock.done:
+            return None
+        gold = self.gold_actions()
+        return gold[min(self._clock.steps, len(gold) - 1)]
+
     def solve(self) -> list[str]:
         """The gold actions as a solver plan (the format warm-up's demonstrations), written
         with spaces around the brackets (``search [ Kalomi born ]``) so that every tokenizer,
@@ -151,13 +194,26 @@ class SearchQA(TextEnv):
         rng = np.random.default_rng([seed, 1])
         hops = self.hops[int(rng.integers(len(self.hops)))]
         self._question = make_question(self._kb, hops, rng)
-        self.instruction = (
-            "Answer the question by searching a collection of short documents. Write "
-            f"search[query] to see the {self.top_k} best matching documents, or answer[text] "
-            f"to give your final answer, which ends the episode. Question: {self.question}"
-        )
+        self.instruction = self._instruction()
         self._clock.start()
-        return self._record(self.question, valid=True, success=False)
+        first = self.question if self.render == "compact" else f"Question: {self.question}"
+        return self._record(first, valid=True, success=False)
+
+    def _instruction(self) -> str:
+        if self.render == "compact":
+            return (
+                "Answer the question by searching a collection of short documents. Write "
+                f"search[query] to see the {self.top_k} best matching documents, or "
+                "answer[text] to give your final answer, which ends the episode. "
+                f"Question: {self.question}"
+            )
+        return (
+            "Answer a question about made-up people, companies, cities and countries. Only "
+            "the documents know the facts: search them with a few words, each search shows "
+            f"the {self.top_k} best matching documents. A question may need several "
+            "searches. When you know the answer, give it; that ends the episode. "
+            f"Question: {self.question}"
+        )
 
     def _step(self, action: str) -> StepResult:
         out_of_steps = self._clock.tick()
@@ -206,8 +262,11 @@ class SearchQA(TextEnv):
         """Template words, result markers, tool words and every possible entity name.
 
         With ``kb_seed`` set only that knowledge base's names are listed (a few dozen);
-        otherwise all names the generator can produce (about 4 000).
+        otherwise all names the generator can produce (about 4 000). Empty (open
+        vocabulary) for the ``text`` rendering.
         """
+        if self.render == "text":
+            return []
         names = (
             all_names() if self.kb_seed is None else build_kb(self.kb_seed, self.kb_size).names()
         )

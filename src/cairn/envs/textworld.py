@@ -49,7 +49,7 @@ import textworld.challenges
 from textworld import EnvInfos, GameOptions
 from textworld.generator import compile_game, make_game
 
-from cairn.envs._common import EpisodeClock, check_choice, check_int
+from cairn.envs._common import EpisodeClock, check_choice, check_int, next_on_path
 from cairn.envs.base import StepResult, TextEnv
 
 __all__ = [
@@ -266,6 +266,8 @@ class TextWorld(TextEnv):
         max_steps: steps (valid or not) before truncation.
     """
 
+    example_action = "go north"
+
     def __init__(
         self,
         game: str = "coin_collector",
@@ -341,6 +343,13 @@ class TextWorld(TextEnv):
     def game_file(self, game_seed: int) -> Path:
         """The compiled game of ``game_seed`` (generates and caches it when missing)."""
         return cached_game(self.game, self.settings, game_seed, self.cache_dir)
+
+    def gold_action(self) -> str | None:
+        """The walkthrough's next action while this episode has followed it (None once off
+        it or at its end)."""
+        if not self._clock.started or self._clock.done:
+            return None
+        return next_on_path(self.gold_actions(), self._actions)
 
     def gold_actions(self) -> list[str]:
         """The walkthrough TextWorld stored with the game (from the initial state)."""

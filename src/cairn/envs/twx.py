@@ -31,7 +31,7 @@ from typing import Any
 from py4j.java_gateway import JavaGateway
 from textworld_express.constants import BASEPATH, GAME_NAMES, JAR_PATH
 
-from cairn.envs._common import EpisodeClock, check_choice, check_int
+from cairn.envs._common import EpisodeClock, check_choice, check_int, next_on_path
 from cairn.envs._jvm import start_jvm, stop_jvm
 from cairn.envs.base import StepResult, TextEnv
 
@@ -88,6 +88,8 @@ class TextWorldExpress(TextEnv):
         raw_score: rewards in the game's points instead of score fractions (0-1).
         max_steps: steps (valid or not) before truncation.
     """
+
+    example_action = "look around"
 
     def __init__(
         self,
@@ -157,6 +159,13 @@ class TextWorldExpress(TextEnv):
         return float(state["scoreRaw"] if self.raw_score else state["score"])
 
     # -- extra queries ---------------------------------------------------------------------
+    def gold_action(self) -> str | None:
+        """The walkthrough's next action while this episode has followed it (None once off
+        it or at its end)."""
+        if not self._clock.started or self._clock.done:
+            return None
+        return next_on_path(self.gold_actions(), self._actions)
+
     def gold_actions(self) -> list[str]:
         """A winning action sequence from this episode's initial state (the game's solver).
 

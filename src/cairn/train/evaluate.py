@@ -74,7 +74,7 @@ def open_checkpoint(cfg: Config, checkpoint: Path) -> Iterator[tuple[HFPolicy, A
         probe.reset(seed=0)
         instruction = cfg.agent.instruction or probe.instruction
         policy = build_policy(cfg.model, probe, instruction, cfg.seed, checkpoint)
-        yield policy, envs, prompt_builder(cfg, policy.tokenizer)
+        yield policy, envs, prompt_builder(cfg, policy.tokenizer, probe)
     finally:
         envs.close()
 

@@ -16,8 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cairn.agent import PromptBuilder, format_completion
-from cairn.agent.instructions import _arg_of
+from cairn.agent import PromptBuilder, example_completion
 from cairn.envs import make
 from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
@@ -30,7 +29,6 @@ __all__ = [
     "build_policy_engine",
     "check_token_budget",
     "describe_format",
-    "gold_completion",
     "new_run_dir",
     "sampling_settings",
     "tiny_key_problems",
@@ -77,12 +75,19 @@ def describe_format(cfg: Any) -> bool:
     return cfg.model.path is not None if explicit is None else bool(explicit)
 
 
-def prompt_builder(cfg: Any, tokenizer: Any) -> PromptBuilder:
-    """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template."""
+def prompt_builder(cfg: Any, tokenizer: Any, env: Any = None) -> PromptBuilder:
+    """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template. From
+    ``env``: with the ``tool_call`` format its ``tools`` (for a template that renders them);
+    with ``agent.describe_format`` on, its ``demonstration()`` as finished exchanges."""
     chat = tokenizer if getattr(tokenizer, "chat_template", None) else None
+    fmt, calls = cfg.agent.action_format, cfg.agent.action_format == "tool_call"
+    tools = tuple(getattr(env, "tools", ())) if calls else ()
+    demonstrate = getattr(env, "demonstration", None) if describe_format(cfg) else None
+    demo = demonstrate() if demonstrate is not None else []
+    example = tuple((obs, example_completion(fmt, a, getattr(env, "tools", ()))) for obs, a in demo)
     return PromptBuilder(
         history=cfg.agent.history, chat_template=chat, style=cfg.agent.prompt_style,
-        tool_observations=cfg.agent.action_format == "tool_call",
+        tool_observations=calls, tools=tools, example=example,
     )  # fmt: skip
 
 
@@ -106,15 +111,7 @@ def build_policy_engine(
         cfg.rollout.engine, policy, cfg.rollout.engine_options, engine_dir, cfg.rollout.temperature
     )
     policy = engine.policy  # vllm: samples on vLLM, scores on the HF model
-    return policy, engine, prompt_builder(cfg, policy.tokenizer)
-
-
-def gold_completion(action: str, fmt: str, tools: Any = ()) -> str:
-    """``action`` as a completion in action format ``fmt``: the bare action (``line``),
-    ``<action>..</action>`` (``tagged``) or the JSON call with the tool's argument name."""
-    if fmt == "line":
-        return action
-    return format_completion(action, fmt=fmt, arg=_arg_of(tools, action))
+    return policy, engine, prompt_builder(cfg, policy.tokenizer, probe)
 
 
 def budget_check(cfg: Any, tokenizer: Any) -> None:
@@ -137,7 +134,7 @@ def check_token_budget(env: Any, tokenizer: Any, fmt: str, rollout: Any) -> None
         gold = env.gold_action()
         if gold is None:
             continue
-        text = gold_completion(gold, fmt, getattr(env, "tools", ()))
+        text = example_completion(fmt, gold, getattr(env, "tools", ()))
         n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
         if n > longest:
             longest, worst = n, text

@@ -12,9 +12,12 @@ dropped on random floor cells, and the draw is kept only when the breadth-first 
 (``cairn.envs.sokoban.solver``) finds an optimal solution whose length in moves lies in
 ``[min_solution, max_solution]``. Generated rooms are cached by (options, seed).
 
-Two renderings (``render=``):
+Three renderings (``render=``):
 - ``"grid"``: rows of space-separated symbols, ``# _ . $ * @ +`` (wall, floor, target,
-  box, box on target, player, player on target), for real LLMs;
+  box, box on target, player, player on target);
+- ``"text"``: for language models, the positions of the player, boxes and targets in
+  words, then the grid with numbered rows, with the legend in the instruction (see
+  ``render_text``);
 - ``"compact"``: a short fixed-length sentence of closed-vocabulary words for tiny models
   (see ``render_compact``). ``info["anchor"]`` is always the grid text.
 
@@ -33,7 +36,7 @@ from cairn.envs.sokoban.env import (
     apply_action,
 )
 from cairn.envs.sokoban.generate import DEFAULT_WALL_DENSITY, generate_room
-from cairn.envs.sokoban.render import compact_vocabulary, render_compact
+from cairn.envs.sokoban.render import compact_vocabulary, render_compact, render_text
 
 __all__ = [
     "BOX_OFF_TARGET",
@@ -47,4 +50,5 @@ __all__ = [
     "compact_vocabulary",
     "generate_room",
     "render_compact",
+    "render_text",
 ]

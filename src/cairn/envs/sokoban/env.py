@@ -20,7 +20,7 @@ from cairn.envs.sokoban.generate import (
     _parse_size,
     _parse_walls,
 )
-from cairn.envs.sokoban.render import compact_vocabulary, render_compact
+from cairn.envs.sokoban.render import compact_vocabulary, render_compact, render_text
 from cairn.envs.sokoban.solver import (
     ACTIONS,
     DELTAS,
@@ -46,8 +46,17 @@ STEP_COST = -0.1
 BOX_ON_TARGET = 1.0
 BOX_OFF_TARGET = -1.0
 FINISHED = 10.0
-_RENDERS = ("grid", "compact")
+_RENDERS = ("grid", "compact", "text")
+# the demonstration of the text rendering: a step right, then a push right onto the target
+_EXAMPLE_ROOM = "# # # # # #\n# @ _ $ . #\n# # # # # #"
 _INSTRUCTIONS = {
+    "text": (
+        "Sokoban: push every box onto a target. The map is a grid, row 0 at the top and "
+        "column 0 at the left. Symbols: # wall, _ floor, . target, $ box, * box on a "
+        "target, @ you, + you on a target. Each action moves you one cell: up, down, left "
+        "or right. Walking into a box pushes it one cell if the cell behind it is free; "
+        "boxes cannot be pulled."
+    ),
     "grid": (
         "Sokoban: push every box onto a target. Symbols: # wall, _ floor, . target, "
         "$ box, * box on target, @ you, + you on a target. You push a box by walking into "
@@ -73,13 +82,16 @@ class Sokoban(TextEnv):
     """Sokoban with text observations; see the module docstring for rules and options.
 
     Options: ``size`` (int or (height, width), outer wall included), ``num_boxes``,
-    ``max_steps`` (turns before truncation), ``render`` ("grid" or "compact"), ``walls``
+    ``max_steps`` (turns before truncation), ``render`` ("grid", "compact" or "text":
+    numbered rows and positions in words, for language models), ``walls``
     (True: irregular rooms with interior walls, False: open rectangles, or a float
     density in [0, 1)), ``min_solution`` / ``max_solution`` (bounds on the optimal
     solution length in moves, default 1 and ``max_steps``), ``instruction`` (prompt text;
     default depends on ``render``), ``room`` (a fixed room as grid text, e.g. for tests;
     then the seed and the generation options are ignored).
     """
+
+    example_action = "right"
 
     def __init__(
         self,
@@ -111,6 +123,8 @@ class Sokoban(TextEnv):
         if instruction is not None and not isinstance(instruction, str):
             raise ValueError(f"instruction must be a str or None, got {instruction!r}")
         self.instruction = _INSTRUCTIONS[render] if instruction is None else instruction
+        if self.render == "text":
+            self.example_observation = render_text(parse_grid(_EXAMPLE_ROOM))
         self._room: Room | None = None
         self._clock = EpisodeClock("sokoban", self.max_steps)
         self._info: dict[str, Any] = {}
@@ -147,6 +161,23 @@ class Sokoban(TextEnv):
         """An optimal action sequence from the current state, or None if there is none
         within ``max_moves`` moves (pass ``env.remaining_steps`` to ask "still winnable?")."""
         return solve(self.room, max_moves)
+
+    def demonstration(self) -> list[tuple[str, str]]:
+        """The text rendering's made-up episode: in a corridor room, a step right and a push
+        right that puts the box on its target (two turns: a small model follows the format
+        far more often after two exchanges than after one)."""
+        if self.render != "text":
+            return []
+        room = parse_grid(_EXAMPLE_ROOM)
+        return [(render_text(room), "right"), (render_text(apply_action(room, "right")), "right")]
+
+    def gold_action(self) -> str | None:
+        """The optimal solver's next move from the current state (None when the episode
+        is over or the room cannot be solved in the steps left)."""
+        if self._room is None or self._clock.done:
+            return None
+        plan = self.solve(self.remaining_steps)
+        return plan[0] if plan else None
 
     # -- TextEnv ------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -202,8 +233,7 @@ class Sokoban(TextEnv):
             "steps": self._clock.steps,
             "moved": moved,
         }
-        obs = anchor if self.render == "grid" else render_compact(room)
-        return obs, dict(self._info, admissible=list(ACTIONS))
+        return self._render(room), dict(self._info, admissible=list(ACTIONS))
 
     # -- branching ----------------------------------------------------------------------------
     def snapshot(self) -> SokobanSnapshot:
@@ -221,12 +251,20 @@ class Sokoban(TextEnv):
         self._room = snap.room
         self._clock.set_state((snap.steps, True, snap.done))
         self._info = dict(snap.info)
-        obs = self._info["anchor"] if self.render == "grid" else render_compact(snap.room)
-        return obs, dict(self._info, admissible=list(ACTIONS))
+        return self._render(snap.room), dict(self._info, admissible=list(ACTIONS))
+
+    def _render(self, room: Room) -> str:
+        if self.render == "grid":
+            return render_grid(room)
+        return render_compact(room) if self.render == "compact" else render_text(room)
 
     # -- tokenizer ------------------------------------------------------------------------------
     def vocabulary(self) -> list[str]:
-        """Grid symbols, compact words for this room size, the actions, the instruction."""
+        """Grid symbols, compact words for this room size, the actions, the instruction.
+
+        Empty (open vocabulary: a subword tokenizer) for the ``text`` rendering."""
+        if self.render == "text":
+            return []
         words = set(SYMBOLS.values()) | set(ACTIONS) | set(self.instruction.split())
         words |= set(compact_vocabulary(self.height, self.width))
         return sorted(words)

@@ -110,10 +110,11 @@ def test_setup_fails_when_the_presets_cap_cannot_hold_the_gold(smol_cache, tmp_p
     from cairn.envs.countdown import Countdown
     from cairn.train.trainer import Trainer
 
-    # 13 SmolLM2 tokens: ( 1 _+ _ 2 ) _* _( 3 _+ _ 4 )
+    # the preset is tagged: 13 SmolLM2 tokens ( 1 _+ _ 2 ) _* _( 3 _+ _ 4 ) inside the 6 of
+    # <action> </action> (< action > ... </ action >) make 19
     monkeypatch.setattr(Countdown, "gold_action", lambda self: "(1 + 2) * (3 + 4)")
-    cfg = load_config("countdown_smol", ["rollout.max_new_tokens=12", f"out_dir={tmp_path}"])
-    with pytest.raises(ValueError, match=r"max_new_tokens 12 cannot hold .* at least 13$"):
+    cfg = load_config("countdown_smol", ["rollout.max_new_tokens=18", f"out_dir={tmp_path}"])
+    with pytest.raises(ValueError, match=r"max_new_tokens 18 cannot hold .* at least 19$"):
         Trainer(cfg, tmp_path / "run")
 
 

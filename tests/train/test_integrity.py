@@ -303,3 +303,24 @@ def test_out_of_time_counts_the_iteration_in_flight(monkeypatch):
     assert t.out_of_time()  # 8 + 2 = 10 >= 10
     t.cfg = load_config(None, ["train.time_budget_s=null"])
     assert not t.out_of_time()
+
+
+# -- cairn eval on a base model that does not load ------------------------------------------------
+def test_eval_of_an_unloadable_base_model_is_one_line(run, tmp_path, monkeypatch, capsys):
+    from transformers import AutoModelForCausalLM
+
+    import cairn.train.evaluate as evaluate_mod
+
+    base = tmp_path / "base"  # a LoRA checkpoint's base: a config and garbage weights
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (base / "model.safetensors").write_bytes(b"\xff" * 64)
+
+    def load_base(*args, **kwargs):  # what the LoRA path does with model.path
+        return AutoModelForCausalLM.from_pretrained(base)
+
+    monkeypatch.setattr(evaluate_mod, "build_policy", load_base)
+    assert main(["eval", str(run)]) == 2  # the old code: a SafetensorError traceback
+    out, err = capsys.readouterr()
+    line = _one_line(out)
+    assert line.startswith(f"error: cannot evaluate {run}:") and "Traceback" not in err

@@ -324,3 +324,24 @@ def test_eval_of_an_unloadable_base_model_is_one_line(run, tmp_path, monkeypatch
     out, err = capsys.readouterr()
     line = _one_line(out)
     assert line.startswith(f"error: cannot evaluate {run}:") and "Traceback" not in err
+
+
+def test_a_damaged_amendments_file_is_refused_in_one_line(run, capsys):
+    (run / "amendments.jsonl").write_text('{"iteration": 1, "changes": [5]}\n')
+    assert main(["train", "--resume", str(run)]) == 2
+    assert "amendments.jsonl row 1 is not an amendment" in _one_line(capsys.readouterr().out)
+
+
+def test_config_changes_and_their_replay_are_inverse():
+    from cairn.train.runconfig import apply_changes, config_changes, describe_changes
+
+    old = {"env": {"name": "sokoban", "options": {"size": 6}}, "train": {"iterations": 2}}
+    new = {"env": {"name": "sokoban", "options": {"render": "grid"}}, "train": {"iterations": 3}}
+    changes = config_changes(old, new)
+    assert changes == [
+        {"key": "env.options.size", "old": 6},  # removed: no "new"
+        {"key": "env.options.render", "new": "grid"},  # added: no "old"
+        {"key": "train.iterations", "old": 2, "new": 3},
+    ]
+    assert apply_changes(json.loads(json.dumps(old)), changes) == new
+    assert describe_changes(changes[2:]) == "train.iterations (2 -> 3)"

@@ -154,10 +154,25 @@ def _replayed(run_dir: Path, before: int, upto: int | None = None) -> dict[str, 
     except ValueError as err:
         raise ConfigError(f"--resume {run_dir}: {' '.join(str(err).split())}") from None
     last = before - 1 if upto is None else upto
-    for row in rows:
-        if row.get("iteration", 0) <= last:
-            apply_changes(data, row.get("changes") or [])
+    for number, row in enumerate(rows, 1):
+        if not _is_amendment(row):
+            raise ConfigError(
+                f"--resume {run_dir}: amendments.jsonl row {number} is not an amendment "
+                "(iteration, changes: [{key, old, new}]); fix or delete that line"
+            )
+        if row["iteration"] <= last:
+            apply_changes(data, row["changes"])
     return data
+
+
+def _is_amendment(row: dict[str, Any]) -> bool:
+    it, changes = row.get("iteration"), row.get("changes")
+    return (
+        isinstance(it, int)
+        and not isinstance(it, bool)
+        and isinstance(changes, list)
+        and all(isinstance(c, dict) and isinstance(c.get("key"), str) for c in changes)
+    )
 
 
 def resume_config(run_dir: Path, ckpt: Path, overrides: list[str]) -> Config:

@@ -591,6 +591,30 @@ def fuzz_cli_inputs(n: int, seed: int, keys: list[str], work: Path) -> list[list
     return out
 
 
+def hostile_cli_inputs(work: Path) -> list[list[str]]:
+    """Issue 26's hostile inputs: a 1 KB YAML alias bomb, an alias in --set, a config file
+    over 1 MiB, a 100 KB string, counts past their limits, run names that leave out_dir or
+    print another name. Each must be refused in one line, fast, with no folder."""
+    bomb = ['a0: &a0 ["xxxxxxxxxx","xxxxxxxxxx","xxxxxxxxxx","xxxxxxxxxx","xxxxxxxxxx",'
+            '"xxxxxxxxxx","xxxxxxxxxx","xxxxxxxxxx","xxxxxxxxxx"]']  # fmt: skip
+    bomb += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 8)]
+    (work / "bomb.yaml").write_text("\n".join([*bomb, "rollout: {stop: *a7}"]) + "\n")
+    (work / "big.yaml").write_text("agent:\n  instruction: '" + "x" * (2 << 20) + "'\n")
+    sets = [
+        "rollout.stop=&a [1]",
+        "agent.instruction=" + "y" * 100_000,
+        "rollout.stop=" + "[" * 50 + "]" * 50,
+        "rollout.group_size=100000000",
+        "rollout.groups=100000000",
+        "eval.episodes=1000000000",
+        "warmup.demos=1000000000",
+        "name=../../x",
+        f"name={work}/abs",
+        'name="a[red]b\\nc"',
+    ]
+    return [[str(work / "bomb.yaml")], [str(work / "big.yaml")], *(["--set", x] for x in sets)]
+
+
 def _one_cli(argv: list[str], out_dir: Path) -> tuple[int, str]:
     from cairn.cli import main
 
@@ -636,6 +660,15 @@ def part_cli(n: int, seed: int, work: Path) -> tuple[list[list[Any]], str]:
         verdicts[verdict] += 1
         if verdict == "LOST":
             lost.append(f"- `{' '.join(argv)[:80]}`: {text.strip()[:200]!r}")
+    hostile: Counter[str] = Counter()
+    slowest = 0.0
+    for argv in hostile_cli_inputs(work):
+        start = time.perf_counter()
+        verdict, text = check_cli(argv, work)
+        slowest = max(slowest, time.perf_counter() - start)
+        hostile[verdict] += 1
+        if verdict == "LOST":
+            lost.append(f"- hostile `{' '.join(argv)[:80]}`: {text.strip()[:200]!r}")
     runs_after = set(os.listdir("runs")) if os.path.isdir("runs") else set()
     sub = _subprocess_cli(work)
     rows = [
@@ -644,6 +677,12 @@ def part_cli(n: int, seed: int, work: Path) -> tuple[list[list[Any]], str]:
             n,
             f"{verdicts['rejected']} rejected in one line, {verdicts['accepted']} valid",
             verdicts["LOST"] + len(runs_after - runs_before),
+        ],
+        [
+            "hostile config input (issue 26: aliases, sizes, counts, run names)",
+            sum(hostile.values()),
+            f"{hostile['rejected']} rejected in one line (slowest {slowest:.1f} s)",
+            hostile["LOST"] + hostile["accepted"],
         ],
         [
             "bad CLI input, real subprocesses",

@@ -16,7 +16,9 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -27,6 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cairn._env_host import EnvFault, EnvFaultRateError
+from cairn.data.rundir import RunLock, RunLocked
 from cairn.integrations.verl import data as verl_data
 from cairn.train.config import ConfigError, describe, load_config
 
@@ -108,19 +111,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from cairn.train.trainer import Trainer, new_run_dir
+    from cairn.train.trainer import new_run_dir
 
-    if args.resume:
+    if args.resume:  # one writer per run: run.lock is held from the config check to the end
         run_dir = Path(args.resume)
-        cfg = _resumable(run_dir, args.config, args.overrides)
-    else:
-        cfg = load_config(args.config, args.overrides)
-        run_dir = new_run_dir(cfg)
+        ckpt = _resumable(run_dir, args.config)
+        with _locked(run_dir):
+            return _train(_resume_config(run_dir, ckpt, args.overrides), run_dir, resume=True)
+    cfg = load_config(args.config, args.overrides)
+    return _train(cfg, new_run_dir(cfg), resume=False)
+
+
+def _train(cfg: Any, run_dir: Path, resume: bool) -> int:
+    from cairn.train.trainer import Trainer
+
     _check_device(cfg.model.device)
-    trainer = _start(lambda: Trainer(cfg, run_dir, resume=bool(args.resume)), run_dir)
-    console.print(f"run directory: {run_dir}")
-    with _interrupt_names(run_dir):
-        summary = trainer.run()
+    with _signals_interrupt():
+        trainer = _start(lambda: Trainer(cfg, run_dir, resume=resume), run_dir)
+        console.print(f"run directory: {run_dir}")
+        with _interrupt_names(run_dir):
+            summary = _run(trainer, run_dir)
     if trainer.dist.is_main:  # one rank draws (under torchrun every rank runs this)
         _plot("plot_run", trainer.dir)
     console.print(
@@ -150,8 +160,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     try:
         result, path = evaluate_run(Path(args.run_dir), args.episodes, out)
-    except (OSError, RuntimeError, ValueError) as err:
-        if isinstance(err, ConfigError):
+    except Exception as err:  # any loader's error (safetensors, transformers, peft): one line
+        if isinstance(err, ConfigError | EnvFault | EnvFaultRateError):
             raise
         raise RunNotStarted(
             f"cannot evaluate {args.run_dir}: {' '.join(str(err).split())}"
@@ -211,6 +221,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             path = build_report(run_dir, args.out and Path(args.out), sampling)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    except OSError as err:  # e.g. a read-only run folder: the report cannot be written there
+        where = f" {err.filename}" if err.filename else ""
+        raise ConfigError(
+            f"cannot inspect {run_dir}: {err.strerror or err}{where} (a read-only run: "
+            "write the report elsewhere with --out FILE)"
+        ) from None
     print(path, flush=True)
     if args.serve:
         ready = lambda url, _: console.print(f"serving {url}  (Ctrl-C stops)")  # noqa: E731
@@ -244,7 +260,8 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     _check_device(cfg.model.device)
     run_dir = new_run_dir(cfg)
     console.print(f"test-time RL on {args.problem!r}: {run_dir}")
-    summary = test_time_rl(lambda: _start(lambda: Trainer(cfg, run_dir), run_dir))
+    with _signals_interrupt(), _interrupt_names(run_dir):
+        summary = test_time_rl(lambda: _start(lambda: Trainer(cfg, run_dir), run_dir))
     _plot("plot_run", run_dir)
     console.print(
         f"solved before: {_fmt(summary['untrained_success'])}, after test-time RL: "
@@ -281,16 +298,61 @@ class RunNotStarted(Exception):
     """A run that failed while being set up (model, tokenizer, envs, device)."""
 
 
+class RunStopped(Exception):
+    """A run stopped by an OS error while it wrote (disk full, a read-only folder): one line
+    naming the error and the intact checkpoint to resume from."""
+
+
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a run; carries the run directory for the resume hint."""
+    """Ctrl-C (or SIGTERM) during a run; carries the run directory for the resume hint."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, signame: str = "SIGINT"):
         super().__init__(str(run_dir))
-        self.run_dir = run_dir
+        self.run_dir, self.signame = run_dir, signame
 
 
-def _resumable(run_dir: Path, config: str | None, overrides: list[str]):
-    """The config of a run to resume; refuses a second config and a run with no checkpoint."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is (handled like Ctrl-C: checkpoints stay intact)."""
+
+    signame = "SIGTERM"
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM stops a run like Ctrl-C (a message, the checkpoint intact, resumable); only
+    where handlers can be set (the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(trainer: Any, run_dir: Path) -> dict[str, Any]:
+    """``trainer.run()``; an OS error while it writes (ENOSPC, EROFS) is one line naming the
+    intact checkpoint (checkpoints and config.yaml are written atomically; a torn metrics
+    line is dropped on resume)."""
+    try:
+        return trainer.run()
+    except OSError as err:
+        if os.environ.get("CAIRN_TRACEBACK"):
+            raise
+        where = f": {err.filename}" if err.filename else ""
+        raise RunStopped(
+            f"the run stopped: {err.strerror or err}{where}; {_resume_hint(run_dir)}"
+        ) from err
+
+
+def _resumable(run_dir: Path, config: str | None) -> Path:
+    """The checkpoint to resume ``run_dir`` from; refuses a second config, a folder that is
+    not a run, and a run with no checkpoint (nothing is written to refuse them)."""
     from cairn.train.checkpoint import latest_checkpoint
 
     if config is not None:
@@ -300,7 +362,6 @@ def _resumable(run_dir: Path, config: str | None, overrides: list[str]):
         )
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
-    cfg = load_config(run_dir / "config.yaml", overrides)
     try:
         ckpt = latest_checkpoint(run_dir)
     except (OSError, ValueError) as err:
@@ -310,7 +371,34 @@ def _resumable(run_dir: Path, config: str | None, overrides: list[str]):
             f"--resume {run_dir}: no checkpoint there (the run stopped before its first); "
             "start it again without --resume"
         )
-    return cfg
+    return ckpt
+
+
+@contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s run.lock (RunLocked names the holder's pid)."""
+    lock = RunLock(run_dir)
+    try:
+        lock.acquire()
+    except OSError as err:
+        raise ConfigError(f"--resume {run_dir}: cannot lock the run ({err.strerror})") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _resume_config(run_dir: Path, ckpt: Path, overrides: list[str]) -> Any:
+    """The config to resume with, checked against the checkpoint (cairn.train.runconfig);
+    read under the lock, so the checkpoint is the one the trainer will load."""
+    from cairn.train.checkpoint import latest_checkpoint
+    from cairn.train.runconfig import resume_config
+
+    try:
+        ckpt = latest_checkpoint(run_dir) or ckpt
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--resume {run_dir}: {err}") from None
+    return resume_config(run_dir, ckpt, overrides)
 
 
 def _check_device(device: str) -> None:
@@ -355,23 +443,40 @@ def _start(build: Callable[[], Any], run_dir: Path) -> Any:
 def _interrupt_names(run_dir: Path) -> Iterator[None]:
     try:
         yield
-    except KeyboardInterrupt:
-        raise Interrupted(run_dir) from None
+    except Interrupted:
+        raise
+    except KeyboardInterrupt as err:
+        raise Interrupted(run_dir, getattr(err, "signame", "SIGINT")) from None
 
 
 def _interrupt_message(err: KeyboardInterrupt) -> str:
-    from cairn.train.checkpoint import latest_checkpoint
-
+    signame = getattr(err, "signame", "SIGINT")
+    what = "interrupted" if signame == "SIGINT" else f"terminated ({signame})"
     run_dir = getattr(err, "run_dir", None)
     if run_dir is None:
-        return "interrupted"
+        return what
+    ckpt = _intact_checkpoint(run_dir)
+    if ckpt is None:
+        return f"{what} before the first checkpoint of {run_dir}: nothing to resume"
+    return f"{what}: {ckpt} is intact; resume with cairn train --resume {run_dir}"
+
+
+def _resume_hint(run_dir: Path) -> str:
+    ckpt = _intact_checkpoint(run_dir)
+    if ckpt is None:
+        return f"no checkpoint of {run_dir} yet: nothing to resume"
+    return f"{ckpt} is intact; resume with cairn train --resume {run_dir}"
+
+
+def _intact_checkpoint(run_dir: Path) -> str | None:
+    """The name of the checkpoint a resume of ``run_dir`` would use, or None."""
+    from cairn.train.checkpoint import latest_checkpoint
+
     try:
         ckpt = latest_checkpoint(run_dir)
     except (OSError, ValueError):
-        ckpt = None
-    if ckpt is None:
-        return f"interrupted before the first checkpoint of {run_dir}: nothing to resume"
-    return f"interrupted: {ckpt.name} is intact; resume with cairn train --resume {run_dir}"
+        return None
+    return None if ckpt is None else ckpt.name
 
 
 def _fmt(x: float | None) -> str:
@@ -390,16 +495,27 @@ def main(argv: list[str] | None = None) -> int:
         "presets": cmd_presets,
         "verl-data": verl_data.command,
     }
+    one_line = (ConfigError, RunNotStarted, RunStopped, RunLocked, EnvFaultRateError, EnvFault)
     try:
         return handler[args.command](args)
-    except (ConfigError, RunNotStarted, EnvFaultRateError, EnvFault) as err:  # one line;
-        if os.environ.get("CAIRN_TRACEBACK"):  # an EnvFault here came from an env call
-            raise  # outside a rollout (warm-up, curriculum build): nothing to drop it from
+    except one_line as err:  # one line; an EnvFault here came from an env call outside a
+        if os.environ.get("CAIRN_TRACEBACK"):  # rollout (warm-up, curriculum build)
+            raise
         console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2
     except KeyboardInterrupt as err:
         console.print(f"[yellow]{escape(_interrupt_message(err))}[/yellow]")
-        return 130
+        return 143 if getattr(err, "signame", "SIGINT") == "SIGTERM" else 130
+    except BrokenPipeError:  # the reader went away (cairn config --keys | head): quietly
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no broken pipe."""
+    with suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,12 @@
 """The run directory on disk: the one place that names its files and reads or writes them.
 
-    config.yaml                          the fully resolved config (`write_config`)
+    config.yaml                          the fully resolved config, written once when the
+                                         run is created (`write_config`, atomic); a resume
+                                         never rewrites it
+    amendments.jsonl                     keys changed with --set on a resume: time,
+                                         iteration, key/old/new (`append_amendment`)
+    run.lock                             held (flock) by the process writing the run, which
+                                         wrote its pid there (`RunLock`)
     metrics.jsonl                        one JSON object per iteration, appended and fsynced
     summary.json                         final metrics (`write_summary`)
     trajectories/iter_XXXXXX.jsonl.gz    one episode record per line (`trajectory_path`)
@@ -14,21 +20,30 @@ of its own.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
 __all__ = [
+    "AMENDMENTS",
     "CONFIG",
+    "LOCK",
     "METRICS",
     "SUMMARY",
     "TRAJECTORIES",
+    "RunLock",
+    "RunLocked",
+    "append_amendment",
     "append_metrics",
+    "keep_amendments",
     "keep_metrics",
+    "read_amendments",
     "read_config",
     "read_config_text",
     "read_jsonl",
@@ -47,13 +62,35 @@ CONFIG, METRICS, SUMMARY, TRAJECTORIES = (
     "summary.json",
     "trajectories",
 )
+AMENDMENTS, LOCK = "amendments.jsonl", "run.lock"
 _ITER = re.compile(r"^iter_(\d+)\.jsonl(\.gz)?$")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """``text`` to ``path`` through a temporary file, fsynced, renamed, folder fsynced: a
+    reader sees the old file or the new one, never a part (ENOSPC leaves the old one)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # -- config.yaml --------------------------------------------------------------------------------
 def write_config(run_dir: Path, config: dict[str, Any]) -> Path:
+    """config.yaml, atomically (the trainer writes it once, when it creates the run)."""
     path = Path(run_dir) / CONFIG
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    _write_atomic(path, yaml.safe_dump(config, sort_keys=False))
     return path
 
 
@@ -154,10 +191,102 @@ def restore_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> list[int]:
     if not added:
         return []
     merged = sorted([*kept, *added], key=lambda m: m.get("iteration", 0))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(m) + "\n" for m in merged))
-    os.replace(tmp, path)
+    _write_atomic(path, "".join(json.dumps(m) + "\n" for m in merged))
     return [r["iteration"] for r in added]
+
+
+# -- amendments.jsonl ---------------------------------------------------------------------------
+def read_amendments(run_dir: Path) -> list[dict[str, Any]]:
+    """The amendment rows, oldest first (ValueError on a line that is not a JSON object,
+    except a half-written last one)."""
+    return read_jsonl(Path(run_dir) / AMENDMENTS, strict=True)[0]
+
+
+def append_amendment(run_dir: Path, row: dict[str, Any]) -> None:
+    """Append one amendment (``time``, ``iteration``, ``changes``: key/old/new), fsynced."""
+    with (Path(run_dir) / AMENDMENTS).open("a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def keep_amendments(run_dir: Path, iteration: int) -> None:
+    """Keep the amendments made at iterations <= ``iteration`` (a resume from that
+    checkpoint; later ones belonged to checkpoints it goes back past), atomically."""
+    path = Path(run_dir) / AMENDMENTS
+    rows = read_amendments(run_dir)
+    kept = [r for r in rows if r.get("iteration", 0) <= iteration]
+    if path.exists() and len(kept) < len(rows):
+        _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+# -- run.lock -----------------------------------------------------------------------------------
+class RunLocked(RuntimeError):
+    """Another process writes this run (it holds run.lock)."""
+
+
+_HELD: dict[str, list[Any]] = {}  # lock path -> [open file, holds], this process's locks
+
+
+class RunLock:
+    """An exclusive ``fcntl.flock`` on ``run_dir/run.lock`` for the life of a writer (train,
+    resume), with the holder's pid in the file; readers (eval, inspect) never take it.
+    Re-entrant within a process (the CLI and the Trainer it builds hold it together).
+    ``acquire`` raises RunLocked naming the holder's pid when another process has it."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK
+        self.key = os.path.realpath(self.path)
+        self.held = False
+
+    def acquire(self) -> RunLock:
+        if self.held:
+            return self
+        if self.key not in _HELD:
+            _HELD[self.key] = [self._take(), 0]
+        _HELD[self.key][1] += 1
+        self.held = True
+        return self
+
+    def _take(self) -> IO[str]:
+        f = self.path.open("a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read(32).strip()
+            f.close()
+            raise RunLocked(
+                f"{self.run_dir} is in use: process {holder if holder.isdigit() else '?'} "
+                f"holds {self.path} (a cairn train or resume writing it); wait for it to end "
+                "or stop it"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        return f
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        entry = _HELD[self.key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _HELD[self.key]
+            f = entry[0]
+            with suppress(OSError):
+                f.truncate(0)  # no stale pid
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 # -- summary.json -------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from cairn.report.payload import run_payload
 from cairn.report.rundata import Sampling, load_run
 
 __all__ = [
+    "allowed_host",
     "build_compare_report",
     "build_report",
     "compare_payload",
@@ -230,9 +231,20 @@ def build_compare_report(compare_dir: Path, out: Path | None = None) -> Path:
 LOOPBACK = "127.0.0.1"
 
 
+def allowed_host(host: str | None, port: int) -> bool:
+    """Is ``host`` (a request's Host header) this loopback server's own address: localhost,
+    127.0.0.1 or [::1] with ``port`` (browsers send the port of a non-default one)? Anything
+    else is refused: a DNS-rebinding page reaches 127.0.0.1 under its own name."""
+    name, _, given = (host or "").strip().lower().rpartition(":")
+    return name in ("localhost", "127.0.0.1", "[::1]") and given == str(port)
+
+
 def _handler(page: bytes) -> type[BaseHTTPRequestHandler]:
     class Page(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if not allowed_host(self.headers.get("Host"), self.server.server_address[1]):
+                self.send_error(400, "unexpected Host header (only localhost is served)")
+                return
             if self.path.split("?")[0] not in ("/", "/index.html", "/report.html"):
                 self.send_error(404, "only the report is served here")
                 return
@@ -255,7 +267,8 @@ def serve(
     seconds: float | None = None,
     ready: Callable[[str, ThreadingHTTPServer], None] | None = None,
 ) -> None:
-    """Serve one report file on http://127.0.0.1:PORT/ until Ctrl-C or ``seconds`` pass.
+    """Serve one report file on http://127.0.0.1:PORT/ until Ctrl-C or ``seconds`` pass; a
+    request whose Host header is not this address (`allowed_host`) gets 400.
 
     Binds the loopback address only; ``port`` 0 picks a free port. ``ready(url, server)``
     is called once listening (tests use it to read the address and stop the server).

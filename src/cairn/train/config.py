@@ -28,11 +28,54 @@ from cairn.exploration.config import ExplorationConfig
 from cairn.losses.config import LossConfig
 from cairn.train.presets import resolve_config
 
-__all__ = ["Config", "ConfigError", "apply_overrides", "describe", "load_config"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "apply_overrides",
+    "config_mapping",
+    "describe",
+    "load_config",
+    "run_name_problem",
+    "validate_config",
+]
+
+# -- limits, checked before any work (issue 26) -----------------------------------------------
+# Counts that size memory. A round of B x G episodes is held whole (prompt and action ids,
+# log-probs, text): about 200 KB per episode of 15 turns of 512-token prompts, so 65,536
+# episodes take ~13 GB, what a 24 GB machine holds beside a model and its optimizer.
+MAX_EPISODES = 65_536  # rollout.groups x rollout.group_size, eval.episodes, warmup.demos
+MAX_GROUPS = 4096
+MAX_GROUP_SIZE = 1024
+MAX_ROUNDS = 16  # DAPO sampling rounds (each up to B x G more episodes)
+MAX_TURNS = 10_000
+MAX_NEW_TOKENS = 32_768
+MAX_WORKERS = 1024
+# Input sizes: a config file, one --set item, any string in a config, YAML nesting depth.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_STRING = 65_536
+MAX_DEPTH = 32
+MAX_RUN_NAME = 128
 
 
 class ConfigError(ValueError):
     """A configuration problem, with the offending key, its value and what is allowed."""
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a run folder under ``out_dir`` (None when it can): one folder
+    name (no path separator, not '.' or '..', no '..'), printable (no newline or control
+    character), no '[' or ']' (rich markup would print another name), at most 128 chars."""
+    if not name or not name.strip():
+        return "a run name must not be empty"
+    if len(name) > MAX_RUN_NAME:
+        return f"a run name has at most {MAX_RUN_NAME} characters, this one {len(name)}"
+    if "/" in name or "\\" in name or ".." in name:
+        return "a run name is one folder name: no '/' or '\\' and no '..'"
+    if not name.isprintable():
+        return "a run name must be printable (no newline, tab or control character)"
+    if "[" in name or "]" in name:
+        return "a run name must not hold '[' or ']' (console markup)"
+    return None
 
 
 class _Section(BaseModel):
@@ -161,12 +204,23 @@ class RolloutConfig(_Section):
     options: dict[str, Any] = Field(
         default_factory=dict, description="Keyword options of the rollout strategy."
     )
-    groups: int = Field(32, gt=0, description="B: task instances per iteration.")
-    group_size: int = Field(8, gt=0, description="G: episodes per task instance.")
-    max_turns: int | None = Field(None, gt=0, description="Turn cap; null leaves it to the env.")
+    groups: int = Field(
+        32, gt=0, le=MAX_GROUPS, description=f"B: task instances per iteration (at most "
+        f"{MAX_GROUPS}; B x G at most {MAX_EPISODES}, see cairn.train.config.MAX_EPISODES)."
+    )  # fmt: skip
+    group_size: int = Field(
+        8, gt=0, le=MAX_GROUP_SIZE,
+        description=f"G: episodes per task instance (at most {MAX_GROUP_SIZE}).",
+    )  # fmt: skip
+    max_turns: int | None = Field(
+        None, gt=0, le=MAX_TURNS,
+        description=f"Turn cap; null leaves it to the env (at most {MAX_TURNS}).",
+    )  # fmt: skip
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(16, gt=0, description="Token cap per action.")
+    max_new_tokens: int = Field(
+        16, gt=0, le=MAX_NEW_TOKENS, description=f"Token cap per action (at most {MAX_NEW_TOKENS})."
+    )
     stop: list[str] = Field(default_factory=list, description="Stop strings.")
     restrict_to_admissible: bool = Field(
         True, description="Decode only the env's admissible actions (where it lists them)."
@@ -175,11 +229,13 @@ class RolloutConfig(_Section):
         False, description="DAPO: drop groups whose returns are all equal and sample more."
     )
     max_sampling_rounds: int = Field(
-        3, gt=0, description="DAPO: cap on sampling rounds to fill the batch."
-    )
+        3, gt=0, le=MAX_ROUNDS,
+        description=f"DAPO: cap on sampling rounds to fill the batch (at most {MAX_ROUNDS}).",
+    )  # fmt: skip
     workers: int = Field(
-        0, ge=0, description="Env worker processes (Ray actors); 0 steps envs in this process."
-    )
+        0, ge=0, le=MAX_WORKERS, description="Env worker processes (Ray actors); 0 steps envs "
+        f"in this process (at most {MAX_WORKERS})."
+    )  # fmt: skip
     worker_backend: Literal["auto", "ray", "process"] = Field(
         "auto", description="Env workers: Ray actors, or local processes (auto: Ray if installed)."
     )
@@ -197,6 +253,15 @@ class RolloutConfig(_Section):
     engine_options: dict[str, Any] = Field(
         default_factory=dict, description="Keyword options of the engine (cairn.policies.engines)."
     )
+
+    @model_validator(mode="after")
+    def _episodes_fit(self) -> RolloutConfig:
+        if self.groups * self.group_size > MAX_EPISODES:
+            raise ValueError(
+                f"rollout.groups x rollout.group_size = {self.groups} x {self.group_size} = "
+                f"{self.groups * self.group_size} episodes per round; at most {MAX_EPISODES}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_strategy(self) -> RolloutConfig:
@@ -291,7 +356,10 @@ class WarmupConfig(_Section):
     enabled: bool = Field(
         False, description="Supervised format warm-up on solver demonstrations before RL."
     )
-    demos: int = Field(128, gt=0, description="Task instances solved by the env's solver.")
+    demos: int = Field(
+        128, gt=0, le=MAX_EPISODES,
+        description=f"Task instances solved by the env's solver (at most {MAX_EPISODES}).",
+    )  # fmt: skip
     epochs: int = Field(4, gt=0, description="Passes over the demonstration steps.")
     lr: float = Field(3e-3, gt=0, description="AdamW learning rate of the warm-up.")
     minibatch_size: int = Field(64, gt=0, description="Demonstration steps per update.")
@@ -319,7 +387,10 @@ class TrainConfig(_Section):
 
 class EvalConfig(_Section):
     every: int = Field(5, ge=0, description="Greedy evaluation every N iterations (0: only end).")
-    episodes: int = Field(200, gt=0, description="Held-out task instances per evaluation.")
+    episodes: int = Field(
+        200, gt=0, le=MAX_EPISODES,
+        description=f"Held-out task instances per evaluation (at most {MAX_EPISODES}).",
+    )  # fmt: skip
     seed_offset: int = Field(
         1_000_000_000, ge=0, description="Held-out seeds are seed_offset + i (train seeds lower)."
     )
@@ -329,7 +400,9 @@ class EvalConfig(_Section):
 
 class LogConfig(_Section):
     trajectories_every: int = Field(1, ge=0, description="Dump trajectories every N iterations.")
-    trajectory_groups: int = Field(4, ge=0, description="Groups dumped per iteration.")
+    trajectory_groups: int = Field(
+        4, ge=0, le=MAX_GROUPS, description=f"Groups dumped per iteration (at most {MAX_GROUPS})."
+    )
     trajectory_digits: int | None = Field(
         7, ge=1, le=17, description="Significant digits of floats in dumps; null keeps all."
     )
@@ -367,7 +440,10 @@ class CheckpointConfig(_Section):
 
 
 class Config(_Section):
-    name: str = Field("sokoban_gigpo", description="Run name prefix.")
+    name: str = Field(
+        "sokoban_gigpo", description="Run name prefix: one folder name (no '/', '\\' or "
+        "'..'), printable, no '[' or ']', at most 128 characters."
+    )  # fmt: skip
     seed: int = Field(0, ge=0, description="Master seed (model init, tasks, sampling).")
     out_dir: str = Field("runs", description="Parent directory of run directories.")
     env: EnvConfig = Field(default_factory=EnvConfig)
@@ -389,6 +465,13 @@ class Config(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     exploration: ExplorationConfig = Field(default_factory=ExplorationConfig)
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _run_name(cls, v: str) -> str:
+        if (problem := run_name_problem(v)) is not None:
+            raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _chat_needs_template(self) -> Config:
@@ -423,6 +506,13 @@ class Config(_Section):
         return self
 
     @model_validator(mode="after")
+    def _warmup_writes_tool_calls(self) -> Config:
+        writes_json = self.warmup.enabled and self.agent.action_format == "tool_call"
+        if writes_json and (problem := _word_level_tool_calls(self)) is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _exploration_sampler(self) -> Config:
         own = self.exploration.strategy.enabled or self.exploration.self_search.enabled
         if own and self.rollout.strategy != "group":
@@ -431,6 +521,35 @@ class Config(_Section):
                 f"(G per task, like rollout.strategy 'group'); got {self.rollout.strategy!r}"
             )
         return self
+
+
+def _word_level_tool_calls(cfg: Config) -> str | None:
+    """Why the format warm-up cannot write ``tool_call`` demonstrations with the tiny
+    model's word-level tokenizer (None when it can): a demonstration not constrained to the
+    env's admissible actions is written as JSON, whose characters a word-level tokenizer
+    has no tokens for (the warm-up would fail after the model and envs are built)."""
+    if cfg.model.path is not None or cfg.model.tokenizer not in ("word", "auto"):
+        return None
+    from cairn.envs import make
+
+    try:
+        env = make(cfg.env.name, **cfg.env.options)
+        try:
+            _, info = env.reset(seed=0)
+            words = env.vocabulary()
+        finally:
+            env.close()
+    except Exception:  # the env's own checks report it
+        return None
+    if cfg.model.tokenizer == "auto" and not words:
+        return None  # a BPE tokenizer: it writes JSON
+    if cfg.rollout.restrict_to_admissible and info.get("admissible"):
+        return None  # demonstrations are the admissible actions' own tokens
+    return (
+        "warmup.enabled with agent.action_format 'tool_call': the tiny model's word-level "
+        f"tokenizer (env {cfg.env.name!r}) cannot write the JSON tool calls the warm-up "
+        "teaches; set model.tokenizer: chat (or bpe), or warmup.enabled: false"
+    )
 
 
 # -- checks shared by several sections --------------------------------------------------------
@@ -456,9 +575,56 @@ def _check_model_path(path: str | None) -> str | None:
 
 
 # -- loading ----------------------------------------------------------------------------------
+class _PlainLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without anchors and aliases (``&a`` / ``*a`` / ``<<: *a``: a
+    1 KB file of them expands to gigabytes), nested at most ``MAX_DEPTH`` deep. Refusals are
+    ConfigErrors naming the line; the input is never quoted (it may be huge)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        mark = event.start_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}"
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise ConfigError(
+                f"YAML anchors and aliases (&name, *name) are not allowed ({where}): "
+                "write the values out"
+            )
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise ConfigError(f"YAML nested deeper than {MAX_DEPTH} levels ({where})")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _yaml(text: str) -> Any:
+    """``text`` parsed by `_PlainLoader` (yaml.YAMLError or ConfigError)."""
+    loader = _PlainLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _check_sizes(obj: Any, where: str) -> None:
+    """Every string (key or value) in ``obj`` at most ``MAX_STRING`` characters."""
+    if isinstance(obj, str) and len(obj) > MAX_STRING:
+        raise ConfigError(f"{where}: a string of {len(obj)} characters; at most {MAX_STRING}")
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_sizes(k, f"{where} (a key)")
+            _check_sizes(v, f"{where}.{str(k)[:40]}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _check_sizes(v, f"{where}[{i}]")
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key.sub=value`` strings (values parsed as YAML) to a nested dict in place."""
     for item in overrides:
+        if len(item) > MAX_STRING:
+            raise ConfigError(f"--set: an item of {len(item)} characters; at most {MAX_STRING}")
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {item!r}")
@@ -470,7 +636,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 raise ConfigError(f"--set {key}: {p!r} is not a section")
             node = child
         try:
-            node[parts[-1]] = yaml.safe_load(raw)
+            node[parts[-1]] = _yaml(raw)
+        except ConfigError as err:  # an alias, or nested too deeply
+            raise ConfigError(f"--set {key.strip()}: {err}") from None
         except yaml.YAMLError as err:
             problem = str(getattr(err, "problem", None) or err).replace("\n", " ")
             raise ConfigError(
@@ -487,15 +655,22 @@ def _format(err: ValidationError, data: dict[str, Any]) -> str:
         if e["type"] == "extra_forbidden":
             section = _section_at(e["loc"][:-1])
             allowed = ", ".join(section.model_fields) if section else "?"
-            lines.append(f"unknown key {loc!r} (value {e['input']!r}); allowed here: {allowed}")
+            shown = _short(e["input"])
+            lines.append(f"unknown key {loc!r} (value {shown}); allowed here: {allowed}")
         else:
             value = e.get("input")
             msg = e["msg"].removeprefix("Value error, ")
-            shown = "" if isinstance(value, dict) else f" = {value!r}"  # a section: its checks
+            shown = "" if isinstance(value, dict) else f" = {_short(value)}"  # a section
             lines.append(f"{loc or '(top level)'}{shown}: {msg}")
     if len(lines) == 1:
         return f"invalid config: {lines[0]}"
     return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a bad value may be long)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _section_at(loc: tuple) -> type[BaseModel] | None:
@@ -513,32 +688,57 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Defaults <- YAML file or preset name <- ``--set`` overrides, validated.
 
     Raises ConfigError."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:  # a file, or a preset shipped in the package (cairn.train.presets)
-            source = resolve_config(path)
-            text = source.read_text() if isinstance(source, Path) else source
-            data = yaml.safe_load(text) or {}
-        except FileNotFoundError as err:
-            raise ConfigError(str(err)) from None
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"config file {str(path)!r} is not UTF-8 text: {err}") from None
-        except yaml.YAMLError as err:  # PyYAML's message spans lines: problem + position
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = " ".join(str(getattr(err, "problem", None) or err).split())
-            raise ConfigError(
-                f"config file {str(path)!r} is not valid YAML: {problem}{where}"
-            ) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top")
+    data = config_mapping(path) if path is not None else {}
     apply_overrides(data, overrides or [])
+    return validate_config(data)
+
+
+def validate_config(data: dict[str, Any]) -> Config:
+    """The Config of a nested dict (a loaded file with its overrides); ConfigError naming the
+    key, the value and what is allowed."""
+    _check_sizes(data, "config")
     try:
         return Config.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format(err, data)) from None
     except (ValueError, ImportError) as err:  # raised by registry checks outside pydantic
         raise ConfigError(f"invalid config: {err}") from None
+
+
+def config_mapping(path: str | Path, *, allow_empty: bool = True) -> dict[str, Any]:
+    """The mapping in a YAML config file or preset, not yet validated: at most
+    ``MAX_CONFIG_BYTES``, no anchors or aliases. ``allow_empty``: an empty file is ``{}``
+    (all defaults), else a ConfigError (a run's own config.yaml is never empty)."""
+    try:  # a file, or a preset shipped in the package (cairn.train.presets)
+        source = resolve_config(path)
+        if isinstance(source, Path):
+            size = source.stat().st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ConfigError(
+                    f"config file {str(path)!r} has {size} bytes; at most {MAX_CONFIG_BYTES}"
+                )
+        text = source.read_text() if isinstance(source, Path) else source
+        data = _yaml(text)
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text: {err}") from None
+    except OSError as err:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {err.strerror}") from None
+    except yaml.YAMLError as err:  # PyYAML's message spans lines: problem + position
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid YAML: {problem}{where}"
+        ) from None
+    if data is None and allow_empty:
+        return {}
+    if data is None:
+        raise ConfigError(f"config file {str(path)!r} is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top")
+    return data
 
 
 def describe(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, Any, str]]:

@@ -93,22 +93,31 @@ def train_learners(
             return out
 
         epochs = learner.epochs or optim.epochs
-        metrics.update(run_epochs(n, epochs, chunks, trainer.shuffle_rng, step))
+        stop = getattr(trainer, "out_of_time", None)  # the time budget, checked between epochs
+        metrics.update(run_epochs(n, epochs, chunks, trainer.shuffle_rng, step, stop))
         if learner.log_update:
             metrics[f"{learner.name}/skipped_updates"] = float(len(skipped))
     return metrics
 
 
 def run_epochs(
-    n: int, epochs: int, chunks: int, rng: np.random.Generator, step: Step
+    n: int,
+    epochs: int,
+    chunks: int,
+    rng: np.random.Generator,
+    step: Step,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
     """``epochs`` passes over a fresh permutation of ``n`` rows cut into ``chunks`` parts;
-    returns the mean over minibatches of each metric ``step`` reports."""
+    returns the mean over minibatches of each metric ``step`` reports. ``stop()``, asked
+    after each pass but the last, ends them early (the training time budget ran out)."""
     sums: dict[str, list[float]] = defaultdict(list)
-    for _ in range(epochs):
+    for epoch in range(epochs):
         for idx in np.array_split(rng.permutation(n), chunks):
             for k, v in step(idx).items():
                 sums[k].append(v)
+        if stop is not None and epoch < epochs - 1 and stop():
+            break
     return {k: float(np.mean(v)) for k, v in sums.items()}
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from cairn.advantages import estimate_parts
+from cairn.data import rundir
 from cairn.data.episode import Episode, Source, to_records, to_step_batch
 from cairn.data.step_batch import StepBatch
 from cairn.data.tokens import TokenBatch
@@ -49,6 +49,7 @@ from cairn.train.config import Config
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, build_learners, train_learners
 from cairn.train.resume import restore_trainer, trainer_state
+from cairn.train.runconfig import CONFIG_COPY, config_sha256, config_writer, record_amendment
 from cairn.train.runlog import RunLog
 from cairn.train.setup import build_policy_engine, new_run_dir, sampling_settings
 from cairn.train.summary import episode_stats, summarize
@@ -63,13 +64,28 @@ class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
         self.cfg, self.dist = cfg, Dist.from_env()  # under torchrun: one data-parallel rank
         self.dir = Path(self.dist.broadcast_object(str(run_dir)))  # rank 0's name everywhere
-        torch.set_num_threads(cfg.train.threads or os.cpu_count() or 1)
         self.dir.mkdir(parents=True, exist_ok=True)
+        # One writer per run folder (run.lock, held until the run ends or fails); rank 0's.
+        self.lock = rundir.RunLock(self.dir)
+        if self.dist.is_main:
+            self.lock.acquire()
+        try:
+            self._build(cfg, resume)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _build(self, cfg: Config, resume: bool) -> None:
+        torch.set_num_threads(cfg.train.threads or os.cpu_count() or 1)
         ckpt = latest_checkpoint(self.dir) if resume else None
         if resume and ckpt is None:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.dir}")
-        if self.dist.is_main:
-            (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        # config.yaml: written once, atomically, when the run is created; never on a resume
+        # (cairn.train.runconfig: the checkpoint records this hash, amendments the changes).
+        self.config_sha256 = config_sha256(cfg)
+        if self.dist.is_main and not resume:
+            rundir.write_config(self.dir, cfg.model_dump())
+        self.iteration_started: float | None = None  # perf_counter of the iteration in flight
 
         env_factory = EnvFactory.of(cfg.env.name, **cfg.env.options)  # workers: registration too
         r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool
@@ -124,6 +140,15 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        """Train to the end of the budget; the run folder's lock is released however it ends
+        (an interrupted run is resumed from its last checkpoint, possibly in this process)."""
+        try:
+            return self._run()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _run(self) -> dict[str, Any]:
         cfg, self._started = self.cfg, time.time()
         if self.iteration == 0 and cfg.warmup.enabled and not self.warmup_stats:
             self.warmup_stats = run_warmup_stage(self)  # then the at-start eval = before RL
@@ -143,6 +168,7 @@ class Trainer:
 
     def train_iteration(self) -> dict[str, Any]:
         cfg, t0 = self.cfg, time.perf_counter()
+        self.iteration_started = t0
         lr = self._schedule_lr()
         # --- rollout (+ shaped rewards) --------------------------------------------------------
         tokens_before = self.policy.forward_tokens
@@ -250,6 +276,16 @@ class Trainer:
     def _done(self) -> bool:
         return budget.done(self.cfg.train, self.iteration, self.episodes, self.train_seconds)
 
+    def out_of_time(self) -> bool:
+        """Inside an iteration: has ``train.time_budget_s`` run out, counting the iteration in
+        flight? The update asks after each PPO epoch (the first always runs), the clean point
+        to stop at: the weights and optimizer are whole, the iteration is logged and saved as
+        usual, and the run then ends (a 38 s iteration no longer overshoots by 38 s)."""
+        limit, started = self.cfg.train.time_budget_s, self.iteration_started
+        if limit is None or started is None:
+            return False
+        return self.train_seconds + time.perf_counter() - started >= limit
+
     def _schedule_lr(self) -> float:
         """Set and return this iteration's learning rate (``optim.lr_schedule``)."""
         used = budget.progress(self.cfg.train, self.iteration, self.episodes, self.train_seconds)
@@ -275,12 +311,13 @@ class Trainer:
     def _save(self) -> None:
         if self.dist.is_main:  # every rank holds the same weights
             extra = {x.name: x.save for x in self.learners}
+            extra[CONFIG_COPY] = config_writer(self.cfg)  # the config it was trained with
             save_checkpoint(
                 self.dir,
                 self.iteration,
                 self.policy.model,
                 self.policy.tokenizer,
-                trainer_state(self),
+                {**trainer_state(self), "config_sha256": self.config_sha256},
                 keep=self.cfg.checkpoint.keep,
                 extra=extra,
             )
@@ -290,6 +327,9 @@ class Trainer:
         state = load_state(ckpt)
         restore_trainer(self, state)
         self.log.truncate_after(self.iteration, state.get("metrics", ()))
+        if self.dist.is_main and (changes := record_amendment(self.dir, self.iteration, self.cfg)):
+            keys = ", ".join(c["key"] for c in changes)
+            self.log.say(f"config amended at iteration {self.iteration}: {keys}")
         self.log.say(f"resumed from {ckpt.name} (iteration {self.iteration})")
 
     def _finish(self, summary: dict[str, Any]) -> None:
@@ -300,3 +340,4 @@ class Trainer:
         self.eval_envs.close()
         self.log.close()
         self.exploration.close()
+        self.lock.release()

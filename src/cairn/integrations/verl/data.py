@@ -28,6 +28,9 @@ from cairn.train.config import ConfigError
 __all__ = ["VAL_SEED_OFFSET", "dataset_rows", "write_dataset"]
 
 VAL_SEED_OFFSET = 1_000_000_000  # cairn's held-out seeds (eval.seed_offset)
+# Rows per split: each holds a first-turn prompt (~1 KB) and is built in memory before the
+# parquet is written, so 1,000,000 rows take ~1-2 GB; more is refused before any work.
+MAX_ROWS = 1_000_000
 
 
 def _check_env(name: str, options: dict[str, Any]) -> Any:
@@ -87,6 +90,9 @@ def write_dataset(
     """Write ``out/train.parquet`` and ``out/val.parquet``; returns their paths."""
     if train < 1 or val < 1:
         raise ConfigError(f"--train and --val must be >= 1, got {train} and {val}")
+    if max(train, val) > MAX_ROWS:
+        raise ConfigError(f"--train and --val: at most {MAX_ROWS} rows each, got {train} and {val}")
+    _check_out(Path(out))
     if seed_start < 0 or seed_start + train > VAL_SEED_OFFSET:
         raise ConfigError(f"train seeds must lie in [0, {VAL_SEED_OFFSET}); got start {seed_start}")
     seeds = {
@@ -100,20 +106,34 @@ def write_dataset(
     except ImportError:
         raise ConfigError("cairn verl-data writes parquet: pip install pyarrow") from None
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)
     paths = {split: out / f"{split}.parquet" for split in rows}
     for split, split_rows in rows.items():
         pq.write_table(pa.Table.from_pylist(split_rows), paths[split])
     return paths
 
 
+def _check_out(out: Path) -> None:
+    """``out`` is a folder, or a name for a new one in a folder that exists."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: a file is there; give a folder (new or existing)")
+    if not out.exists() and not out.parent.is_dir():
+        raise ConfigError(f"--out {out}: its parent folder {out.parent} does not exist")
+
+
 def add_parser(sub: Any) -> None:
     """``cairn verl-data ENV --train N --val M --out DIR [--set env.options.k=v]``."""
     d = sub.add_parser("verl-data", help="write verl train/val parquet for a cairn env")
     d.add_argument("env", help="registered env name (cairn.envs.available())")
-    d.add_argument("--train", type=int, required=True, help="train task instances (seeds)")
-    d.add_argument("--val", type=int, required=True, help="held-out task instances")
-    d.add_argument("--out", required=True, help="directory for train.parquet and val.parquet")
+    d.add_argument(
+        "--train", type=int, required=True, help=f"train task instances (at most {MAX_ROWS})"
+    )
+    d.add_argument(
+        "--val", type=int, required=True, help=f"held-out task instances (at most {MAX_ROWS})"
+    )
+    d.add_argument(
+        "--out", required=True, help="folder for train.parquet and val.parquet (its parent exists)"
+    )
     d.add_argument("--seed-start", type=int, default=0, help="first train seed")
     d.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 

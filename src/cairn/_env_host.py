@@ -57,21 +57,33 @@ class EnvFactory:
         return make(self.name, **self.options)
 
 
+#: Env attributes that are constant per env, sent to its proxy with every ``reset`` answer.
+CONSTANTS = ("example_action", "tools")
+
+
 class EnvHost:
-    """The envs of one worker, by slot; every call answers with the env's current instruction."""
+    """The envs of one worker, by slot; every call answers with the env's current
+    instruction, a ``reset`` also with the env's ``CONSTANTS`` (a dict)."""
 
     def __init__(self, factory: Callable[[], Any]):
         self.factory = factory
         self.envs: dict[int, Any] = {}
 
-    def call(self, slot: int, method: str, args: tuple, kwargs: dict) -> tuple[Any, str]:
+    def call(self, slot: int, method: str, args: tuple, kwargs: dict) -> tuple[Any, ...]:
         if method == "__rebuild__":  # after a fault: the next call builds a new env
             self.drop(slot)
             return None, ""
         env = self.envs.get(slot)
         if env is None:
             env = self.envs[slot] = self.factory()
-        return getattr(env, method)(*args, **kwargs), env.instruction
+        value = getattr(env, method)(*args, **kwargs)
+        if method == "reset":
+            return (
+                value,
+                env.instruction,
+                {k: getattr(env, k) for k in CONSTANTS if hasattr(env, k)},
+            )
+        return value, env.instruction
 
     def ping(self) -> bool:
         """Answers once the worker is up (a Ray actor's start is not an env call's time)."""

@@ -55,13 +55,16 @@ def policy():
 
 
 def _loop(server, tokenizer, history=1, **cairn):
+    # verl trains pretrained models, so agent.describe_format unset means on there; these
+    # tests compare with cairn rollouts of the tiny model, whose default is off.
+    agent = {"history": history, "describe_format": False, **cairn.pop("agent", {})}
     cfg = OmegaConf.create(
         {
             "actor_rollout_ref": {
                 "rollout": {"prompt_length": 512, "response_length": RESPONSE_LENGTH}
             },
             "data": {},
-            "cairn": {"agent": {"history": history}, **cairn},
+            "cairn": {"agent": agent, **cairn},
         }
     )
     return CairnAgentLoop(

@@ -3,18 +3,22 @@
     from cairn.advantages import estimate, available
     adv = estimate("gigpo", batch, gamma=0.95, step_weight=1.0, norm="mean")  # (N,) float64
     adv, parts = estimate_parts("gigpo", batch)   # parts: {"A_E": (N,), "A_S": (N,), "G": (N,)}
+    adv, parts = compute(batch, cfg.advantage)      # the trainers' stage: estimate, whiten
 
 Every estimator is a pure function ``fn(batch: StepBatch, *, option=default, ...)`` returning
 per-step advantages (N,) float64 in the batch's row order, registered by name in its own
 module. Unknown names, unknown options and bad option values raise ValueError saying what
 is allowed; ``validate_options`` checks a config without running anything; ``options_of``
-gives the defaults; ``parts_of`` the names of the components ``estimate_parts`` returns.
+gives the defaults; ``parts_of`` the names of the components ``estimate_parts`` returns;
+``compute`` is what both trainers (cairn's and verl's) call: the configured estimator, then
+the configured whitening (``_compute``).
 Shared primitives: ``segments`` (segment maths), ``episodes`` (``Episodes``), ``trees``.
 """
 
 import importlib
 import pkgutil
 
+from cairn.advantages._compute import compute
 from cairn.advantages._registry import (
     available,
     estimate,
@@ -36,6 +40,7 @@ for _module in pkgutil.iter_modules(__path__):
 __all__ = [
     "EPS",
     "available",
+    "compute",
     "estimate",
     "estimate_parts",
     "options_of",

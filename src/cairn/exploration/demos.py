@@ -8,7 +8,8 @@ probability taken as 1): ``Episode.source = 1`` sets the token batch's ``off_pol
 
 A demonstration is an action sequence *replayed* in the env from the group's seed, so its
 steps have the very prompts, observations, rewards and anchors an on-policy episode would
-have (the rollout's own prompt path, ``cairn.agent.fit_prompt``: chat prompts
+have (the rollout's own prompt path, ``cairn.agent.fit_prompt`` with the instruction of
+``cairn.rollout.turn.instruction_for``, ``agent.instruction`` included: chat prompts
 token-in/token-out with the earlier demo turns' ids spliced in, the context budget), and
 its action ids are what the policy would emit for those actions: the admissible-choice
 restriction included, so the shaped probability p is the one the restricted policy
@@ -36,6 +37,7 @@ from cairn.data.episode import Episode, Source, Step
 from cairn.envs import TextEnv
 from cairn.exploration.registries import SOURCES
 from cairn.rollout.envpool import EnvFault
+from cairn.rollout.turn import instruction_for
 
 __all__ = [
     "SOURCES",
@@ -165,11 +167,13 @@ def demo_episode(
     e = Episode(id=episode_id, group=group, task=int(seed), source=SOURCE_DEMO)
     eos = getattr(policy, "eos_id", None)
     unk = getattr(getattr(policy, "tokenizer", None), "unk_token_id", None)
+    tools_in_template = getattr(prompt, "renders_tools", False)
     for action in actions:
         past = [Turn(s.observation, s.action, s.action_ids) for s in e.steps]
+        instruction = instruction_for(env, settings, tools_in_template)  # as the rollout's
         try:
             fitted = fit_prompt(
-                prompt, policy.encode, eos, env.instruction, past, obs, settings.context_budget
+                prompt, policy.encode, eos, instruction, past, obs, settings.context_budget
             )
         except ContextOverflow as err:
             e.meta["end_reason"] = f"context overflow at turn {len(e.steps)}: {err}"

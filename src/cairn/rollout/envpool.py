@@ -552,7 +552,9 @@ class _ProcessBackend:
 
 # -- the proxy and the pool ----------------------------------------------------------------
 class RemoteEnv(_EnvProxy):
-    """A ``TextEnv`` living in a worker. ``instruction`` is refreshed by every answer.
+    """A ``TextEnv`` living in a worker. ``instruction`` is refreshed by every answer;
+    ``example_action`` and ``tools`` (constant per env) by every ``reset``'s, so prompts
+    read them as they read a local env's (their class defaults before the first reset).
 
     An env whose worker was replaced since its last ``reset``/``restore`` has lost its state:
     every other call raises ``EnvLost`` until it is reset.
@@ -562,6 +564,8 @@ class RemoteEnv(_EnvProxy):
         self.pool, self._worker, self._slot = pool, worker, slot
         self._generation = 0
         self.instruction = ""
+        self.example_action: str = TextEnv.example_action
+        self.tools: tuple[dict[str, Any], ...] = TextEnv.tools
 
     @property
     def _backend(self) -> Any:
@@ -592,8 +596,10 @@ class _Answer:
         self.env, self.handle = env, handle
 
     def result(self) -> Any:
-        value, instruction = self.handle.result()
+        value, instruction, *constants = self.handle.result()
         self.env.instruction = instruction
+        for attrs in constants:  # a reset's answer: the env's CONSTANTS
+            self.env.__dict__.update(attrs)
         return value
 
 

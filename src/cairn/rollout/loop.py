@@ -20,13 +20,13 @@ the others if at least 2 remain, else it is dropped whole: the group-relative es
 a valid comparison among the survivors, but a lone survivor has nothing to be compared
 with (zero advantage, or a division by G - 1 = 0) and only costs a forward pass.
 
-Free text is counted, never silently fixed (``turn_stats``): a completion with no
-parsable action (``settings.action_format``) steps the env with an empty action, is
-recorded invalid and penalised (its turn listed in ``meta["format_errors"]``); one cut at
-``max_new_tokens`` in ``meta["truncated_actions"]``; a well-formed one may earn
-``settings.format_reward`` (``Step.shaped["format"]``). Prompts are built by
-``cairn.agent.fit_prompt`` (chat prompts token-in/token-out) within
-``settings.context_budget``: a turn whose prompt dropped old turns to fit is listed in
+The turn itself (prompt, parse, record, advance) is ``cairn.rollout.turn``'s, the same
+functions verl's agent loop calls, so every ``agent.*`` key means the same in both. Free
+text is counted, never silently fixed (``turn_stats``): a completion with no parsable
+action steps the env with an empty action, is recorded invalid and penalised (its turn in
+``meta["format_errors"]``); one cut at ``max_new_tokens`` is in
+``meta["truncated_actions"]``; a well-formed one may earn ``settings.format_reward``. A
+turn whose prompt dropped old turns to fit ``settings.context_budget`` is in
 ``meta["context_dropped"]`` as ``[t, turns dropped]``; one that cannot fit even then ends
 its episode, failed and truncated, with the reason in ``meta["end_reason"]``.
 """
@@ -41,15 +41,13 @@ from typing import Any, Protocol
 import torch
 
 from cairn._env_host import EnvFaultRateError
-from cairn.agent import ContextOverflow, PromptBuilder, Turn, fit_prompt, parse_action
+from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode, Step
 from cairn.envs import StepResult, TextEnv
 from cairn.policies.hf import Generation, HFPolicy
+from cairn.rollout import turn
 from cairn.rollout.envpool import EnvFault, owner_of, reset_all, step_all
-from cairn.rollout.turn import instruction_for
-
-#: Reset-info keys kept on the episode for rewards that need the task's ground truth.
-TASK_INFO_KEYS = ("answer", "question", "key_steps")
+from cairn.rollout.turn import TASK_INFO_KEYS
 
 __all__ = [
     "TASK_INFO_KEYS",
@@ -141,7 +139,7 @@ def rollout(
             end_by_fault(episode, state)
             states[i] = ("", {})
         else:
-            episode.meta.update({k: state[1][k] for k in TASK_INFO_KEYS if k in state[1]})
+            turn.start(episode, state[1])
     play(policy, envs, episodes, states, prompt, settings, generator, hook=hook)
     return drop_faulted(episodes, pool.faults if pool is not None else None)
 
@@ -210,9 +208,7 @@ def play(
             greedy=settings.greedy,
             generator=generator,
         )
-        parsed = [
-            parse_action(gen.text, settings.action_pattern, settings.action_format) for gen in gens
-        ]
+        parsed = [turn.parse(gen.text, settings) for gen in gens]
         actions = [a or "" for a in parsed]
         extras = (
             hook.after_generate(policy, settings, generator, prompt_ids, gens, actions)
@@ -221,55 +217,35 @@ def play(
         )
         results = step_all([envs[i] for i in active], actions)  # env workers step together
         still = []
-        for i, ids, gen, action, ok, result, extra in zip(
-            active, prompt_ids, gens, actions, parsed, results, extras, strict=True
+        for i, ids, gen, ok, result, extra in zip(
+            active, prompt_ids, gens, parsed, results, extras, strict=True
         ):
             if isinstance(result, EnvFault):
                 end_by_fault(episodes[i], result)
                 continue
-            step = _record(episodes[i], states[i], ids, gen, action, result, settings)
-            _check_format(episodes[i], step, gen, ok is not None, settings)
+            step = turn.record(episodes[i], states[i], ids, gen, ok, result, settings)
             if extra is not None:
                 result = hook.amend(step, result, extra)
-            if _advance(episodes[i], states, i, result, settings):
+            states[i], goes_on = turn.advance(episodes[i], result, settings)
+            if goes_on:
                 still.append(i)
         active, played = still, played + 1
     return active
 
 
 def _prompts(policy, envs, episodes, states, prompt, settings, active):
-    """(episodes still playing, their prompt ids): each prompt within the context budget;
-    an episode whose prompt cannot fit ends there (module docstring)."""
+    """(episodes still playing, their prompt ids): an episode whose prompt cannot fit in
+    the context budget ends there (``turn.turn_prompt``)."""
     kept, ids = [], []
+    eos = getattr(policy, "eos_id", None)
     for i in active:
-        e = episodes[i]
-        past = [Turn(s.observation, s.action, s.action_ids) for s in e.steps]
-        try:
-            fitted = fit_prompt(
-                prompt, policy.encode, getattr(policy, "eos_id", None),
-                instruction_for(envs[i], settings, getattr(prompt, "renders_tools", False)), past,
-                states[i][0], settings.context_budget,
-            )  # fmt: skip
-        except ContextOverflow as err:
-            e.meta["end_reason"] = f"context overflow at turn {len(e.steps)}: {err}"
-            e.truncated, e.success = True, False
-            continue
-        if fitted.dropped:
-            e.meta.setdefault("context_dropped", []).append([len(e.steps), fitted.dropped])
-        kept.append(i)
-        ids.append(fitted.ids)
+        p = turn.turn_prompt(
+            episodes[i], envs[i], states[i][0], prompt, policy.encode, eos, settings
+        )
+        if p is not None:
+            kept.append(i)
+            ids.append(p)
     return kept, ids
-
-
-def _check_format(episode, step, gen, parsed: bool, settings) -> None:
-    """Count a cut completion and a format error; reward a well-formed action."""
-    if gen.finish == "length":
-        episode.meta.setdefault("truncated_actions", []).append(step.t)
-    if not parsed:
-        episode.meta.setdefault("format_errors", []).append(step.t)
-        step.valid, step.penalty = False, settings.invalid_penalty
-    elif settings.format_reward:
-        step.shaped["format"] = settings.format_reward
 
 
 def turn_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
@@ -294,37 +270,3 @@ def turn_events_before(meta: dict[str, Any], t: int) -> dict[str, list]:
     episode that branches off after its first ``t`` steps)."""
     first = lambda x: x[0] if isinstance(x, list) else x  # noqa: E731
     return {k: [x for x in meta[k] if first(x) < t] for k in TURN_EVENTS if k in meta}
-
-
-def _record(episode, state, prompt_ids, gen, action, result, settings) -> Step:
-    """Append the step of one applied action and the env's answer to it."""
-    obs, info = state
-    valid = bool(result[4].get("valid", True))
-    step = Step(
-        t=len(episode.steps),
-        observation=obs,
-        anchor=info.get("anchor", obs),
-        action=action,
-        completion=gen.text,
-        reward=float(result[1]),
-        valid=valid,
-        penalty=0.0 if valid else settings.invalid_penalty,
-        prompt_ids=prompt_ids,
-        action_ids=gen.token_ids,
-        logprobs=gen.logprobs,
-        allowed=gen.allowed,
-    )
-    episode.steps.append(step)
-    return step
-
-
-def _advance(episode, states, i, result, settings) -> bool:
-    """Move episode i to the env's answer; returns whether the episode goes on."""
-    next_obs, _, terminated, truncated, next_info = result
-    states[i] = (next_obs, next_info)
-    out_of_turns = settings.max_turns is not None and len(episode.steps) >= settings.max_turns
-    if terminated or truncated or out_of_turns:
-        episode.success = bool(next_info.get("success", False))
-        episode.terminated, episode.truncated = bool(terminated), not terminated
-        return False
-    return True

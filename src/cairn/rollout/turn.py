@@ -1,6 +1,25 @@
 """One turn of one episode, the step shared by ``cairn train``'s batched loop
 (``cairn.rollout.loop.play``) and verl's asynchronous agent loop
-(``cairn.integrations.verl.episode``): every ``agent.*`` key means the same in both.
+(``cairn.integrations.verl.episode.play_episode``): every ``agent.*`` key means the same in
+both. A turn, in order:
+
+    start        (once) the reset info's task keys (``TASK_INFO_KEYS``) onto the episode
+    turn_prompt  the prompt ids: ``fit_prompt`` with ``instruction_for``'s instruction
+                 within ``settings.context_budget`` (old turns dropped to fit are listed in
+                 ``meta["context_dropped"]`` as ``[t, turns dropped]``); a prompt that cannot
+                 fit ends the episode, failed and truncated (``meta["end_reason"]``): None
+    [generate]   by the caller: batched in ``play``, one request at a time in verl
+    parse        the completion's action (``action_pattern``, else ``action_format``); None
+                 when it has none, and the env then steps with the empty action
+    [env step]   by the caller: ``step_all`` in ``play``, awaited in verl
+    record       the Step of the applied action: the env's reward and validity, the
+                 invalid penalty, env-reported columns (``ENV_COLUMNS``: IGPO's info gain);
+                 a completion cut at ``max_new_tokens`` is listed in
+                 ``meta["truncated_actions"]``, one without an action in
+                 ``meta["format_errors"]`` (invalid, penalised), a well-formed one earns
+                 ``format_reward`` (``Step.shaped["format"]``)
+    advance      the env's answer becomes the state; the episode ends where the env ends it
+                 or at ``max_turns`` (then truncated), with the env's ``success``
 
 ``instruction_for``: the instruction a prompt starts with: ``agent.instruction`` when set,
 else the env's (which may change on reset), followed by the answer format of
@@ -9,15 +28,44 @@ else the env's (which may change on reset), followed by the answer format of
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from cairn.agent import describe_format
+from cairn.agent import ContextOverflow, Turn, describe_format, fit_prompt, parse_action
+from cairn.data.episode import Episode, Step
 
 if TYPE_CHECKING:
-    from cairn.envs import TextEnv
+    from cairn.envs import StepResult, TextEnv
     from cairn.rollout.loop import RolloutSettings
 
-__all__ = ["instruction_for"]
+__all__ = [
+    "ENV_COLUMNS",
+    "TASK_INFO_KEYS",
+    "Completion",
+    "advance",
+    "instruction_for",
+    "parse",
+    "record",
+    "start",
+    "turn_prompt",
+]
+
+#: Reset-info keys kept on the episode for rewards that need the task's ground truth.
+TASK_INFO_KEYS = ("answer", "question", "key_steps")
+#: Step columns an env may report in its step info (IGPO's info gain), kept on the Step.
+ENV_COLUMNS = ("info_gain",)
+
+State = tuple[str, dict[str, Any]]
+
+
+class Completion(Protocol):
+    """What a turn reads of a sampled completion (``cairn.policies.hf.Generation``)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish: str  # "eos" | "stop" | "length" | "choice"
+    allowed: list[list[int]] | None
 
 
 def instruction_for(
@@ -30,3 +78,93 @@ def instruction_for(
         return base
     fmt = describe_format(settings.action_format, env.example_action, env.tools, tools_in_template)
     return f"{base}\n{fmt}" if base else fmt
+
+
+def start(episode: Episode, info: dict[str, Any]) -> None:
+    """Keep the reset ``info``'s task keys (``TASK_INFO_KEYS``) on ``episode``."""
+    episode.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
+
+
+def turn_prompt(
+    episode: Episode,
+    env: TextEnv,
+    observation: str,
+    prompt: Any,
+    encode: Callable[[str], list[int]],
+    eos_id: int | None,
+    settings: RolloutSettings,
+) -> list[int] | None:
+    """The prompt ids of ``episode``'s next turn on ``observation`` (``prompt``: a
+    ``PromptBuilder`` or a wrapper with its ``build``), or None when even the shortest
+    prompt exceeds the context budget: the episode then ends there (module docstring)."""
+    past = [Turn(s.observation, s.action, s.action_ids) for s in episode.steps]
+    instruction = instruction_for(env, settings, getattr(prompt, "renders_tools", False))
+    try:
+        fitted = fit_prompt(
+            prompt, encode, eos_id, instruction, past, observation, settings.context_budget
+        )
+    except ContextOverflow as err:
+        episode.meta["end_reason"] = f"context overflow at turn {len(episode.steps)}: {err}"
+        episode.truncated, episode.success = True, False
+        return None
+    if fitted.dropped:
+        episode.meta.setdefault("context_dropped", []).append([len(episode.steps), fitted.dropped])
+    return fitted.ids
+
+
+def parse(text: str, settings: RolloutSettings) -> str | None:
+    """The action in a completion's ``text``, or None (a format error)."""
+    return parse_action(text, settings.action_pattern, settings.action_format)
+
+
+def record(
+    episode: Episode,
+    state: State,
+    prompt_ids: list[int],
+    gen: Completion,
+    parsed: str | None,
+    result: StepResult,
+    settings: RolloutSettings,
+) -> Step:
+    """Append the Step of the action ``parsed`` from ``gen`` (None: none, the env got ""),
+    taken in ``state`` (the (observation, info) it was chosen in), with the env's answer
+    ``result``; counts a cut completion and a format error, rewards a well-formed one."""
+    obs, info = state
+    next_info = result[4]
+    valid = bool(next_info.get("valid", True))
+    step = Step(
+        t=len(episode.steps),
+        observation=obs,
+        anchor=info.get("anchor", obs),
+        action=parsed or "",
+        completion=gen.text,
+        reward=float(result[1]),
+        valid=valid,
+        penalty=0.0 if valid else settings.invalid_penalty,
+        prompt_ids=prompt_ids,
+        action_ids=gen.token_ids,
+        logprobs=gen.logprobs,
+        allowed=gen.allowed,
+        columns={k: float(next_info[k]) for k in ENV_COLUMNS if k in next_info},
+    )
+    episode.steps.append(step)
+    if gen.finish == "length":
+        episode.meta.setdefault("truncated_actions", []).append(step.t)
+    if parsed is None:
+        episode.meta.setdefault("format_errors", []).append(step.t)
+        step.valid, step.penalty = False, settings.invalid_penalty
+    elif settings.format_reward:
+        step.shaped["format"] = settings.format_reward
+    return step
+
+
+def advance(episode: Episode, result: StepResult, settings: RolloutSettings) -> tuple[State, bool]:
+    """(the state the episode continues from, whether it goes on) after the env's answer
+    ``result``: it ends where the env ends it or at ``settings.max_turns``."""
+    next_obs, _, terminated, truncated, next_info = result
+    out_of_turns = settings.max_turns is not None and len(episode.steps) >= settings.max_turns
+    if terminated or truncated or out_of_turns:
+        episode.success = bool(next_info.get("success", False))
+        episode.terminated, episode.truncated = bool(terminated), not terminated
+        return (next_obs, next_info), False
+    return (next_obs, next_info), True

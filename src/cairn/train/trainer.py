@@ -2,7 +2,7 @@
 
     rollout   -> B task instances x G episodes with the current policy (rewards applied)
     score     -> the step table (StepBatch) of those episodes
-    advantage -> cairn.advantages.estimate(name, batch, **options), one value per step
+    advantage -> cairn.advantages.compute(batch, cfg.advantage): the estimator, then whitening
     loss      -> PPO epochs over shuffled minibatches of the token batch, for every learner
     log       -> metrics.jsonl, trajectories, live line; greedy eval; checkpoint
 
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cairn.advantages import estimate_parts
+from cairn.advantages import compute as compute_advantages
 from cairn.data import rundir
 from cairn.data.episode import Episode, Source, to_records, to_step_batch
 from cairn.data.step_batch import StepBatch
@@ -182,9 +182,7 @@ class Trainer:
             learner.score(episodes)
         batch = to_step_batch(episodes)
         # --- advantage -----------------------------------------------------------------------
-        adv, parts = estimate_parts(cfg.advantage.name, batch, **cfg.advantage.options)
-        if cfg.advantage.whiten:
-            adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-6) if len(adv) > 1 else adv * 0
+        adv, parts = compute_advantages(batch, cfg.advantage)  # estimate, then whiten
         t2 = time.perf_counter()
         # --- loss and update -----------------------------------------------------------------
         tokens = TokenBatch.from_episodes(

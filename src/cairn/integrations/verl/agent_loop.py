@@ -2,9 +2,12 @@
 
 A row (``cairn verl-data``) names the env, its options (JSON) and the task seed:
 ``cairn_env``, ``cairn_options``, ``cairn_seed``. ``run`` builds the env, plays the episode
-with ``episode.play_episode`` (cairn's prompt, template, history window, parsing and
-penalty), generating with ``self.server_manager.generate`` (token ids in, token ids and
-log-probs out), and returns a list of ``AgentLoopOutput``, one per turn:
+with ``episode.play_episode`` (cairn's own turn, ``cairn.rollout.turn``: every ``cairn.agent``
+key means what it means in ``cairn train``; the prompt builder is ``cairn train``'s, with
+``prompt_style`` and the tokenizer's chat template; the context budget is
+``rollout.prompt_length``), generating with ``self.server_manager.generate`` (token ids in,
+token ids and log-probs out, one request id for all the episode's turns), and returns a
+list of ``AgentLoopOutput``, one per turn:
 
     prompt_ids        the turn's prompt ids, exactly those sent to the server
     response_ids      the ids the server sampled (cut at rollout.response_length)
@@ -24,7 +27,9 @@ of outputs per agent loop (``agent_loop_tq``), so this needs ``trainer.use_v1=tr
 
 An env that raises (at construction, reset or step) ends the episode as one failed sample:
 ``cairn_failed`` true, response mask all 0 (nothing trained), advantage 0, counted by the
-trainer in ``cairn/failed_episodes``; the training step goes on.
+trainer in ``cairn/failed_episodes``; the training step goes on. So does an episode whose
+first prompt does not fit ``rollout.prompt_length`` (``cairn_error`` says so); one whose
+later prompt does not fit ends there, failed (as in ``cairn train``).
 """
 
 from __future__ import annotations
@@ -43,13 +48,12 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
 from cairn.envs import make
 from cairn.integrations.verl.config import cairn_config
 from cairn.integrations.verl.episode import EnvFailure, Sample, TurnTokens, play_episode
 
-__all__ = ["CairnAgentLoop", "episode_outputs", "failed_output"]
+__all__ = ["CairnAgentLoop", "episode_outputs", "episode_request_id", "failed_output"]
 
 logger = logging.getLogger(__name__)
 _IDLE_ENVS: dict[tuple[str, str], list[Any]] = {}  # envs reused across episodes, per process
@@ -63,41 +67,49 @@ class CairnAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         self.cairn = cairn_config(self.config)
         self.response_length = int(self.rollout_config.response_length)
-        chat = self.tokenizer if getattr(self.tokenizer, "chat_template", None) else None
-        self.prompt = PromptBuilder(history=self.cairn.agent.history, chat_template=chat)
+        self.prompt_length = int(self.rollout_config.prompt_length)
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
+    async def run(
+        self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any
+    ) -> list[AgentLoopOutput]:
         settings = self.cairn.settings(
             self.response_length,
             float(sampling_params.get("temperature", 1.0)),
             float(sampling_params.get("top_p", 1.0)),
+            self.prompt_length,
         )
         timing = {"generate_sequences": 0.0}
         sent: list[list[int]] = []  # the prompt ids of every turn, as the server saw them
-        generate = self._generator(sampling_params, settings, sent, timing)
+        determinism = getattr(self.rollout_config, "full_determinism", False)
+        request_id = episode_request_id(priority, determinism)
+        generate = self._generator(sampling_params, settings, sent, timing, request_id)
+        with_lp = bool(sampling_params.get("logprobs"))
         env = None
         try:
             name, options_json, seed = _task(kwargs)
             env = _take_env(name, options_json)
+            prompt = self.cairn.prompt(self.tokenizer, env)  # as cairn train builds it
             episode, tokens = await play_episode(
-                env, seed, generate, self.tokenizer, self.prompt, settings,
-                instruction=self.cairn.agent.instruction,
+                env, seed, generate, self.tokenizer, prompt, settings,
                 env_in_thread=self.cairn.rollout.env_in_thread,
             )  # fmt: skip
         except EnvFailure as err:
             logger.warning("cairn episode failed (%s): %s", kwargs.get("cairn_env"), err)
             _drop_env(env)
-            with_lp = bool(sampling_params.get("logprobs"))
             return [failed_output(sent, self.tokenizer, str(err), timing, with_lp)]
         _give_back(name, options_json, env)
+        if not episode.steps:  # its first prompt outgrew rollout.prompt_length
+            reason = episode.meta.get("end_reason", "no step")
+            return [failed_output(sent, self.tokenizer, reason, timing, with_lp)]
         for step, ids in zip(episode.steps, sent, strict=True):
             step.prompt_ids = ids  # the (possibly left-truncated) ids the server saw
         return episode_outputs(episode, tokens, self.response_length, timing)
 
     def _generator(
-        self, sampling_params: dict, settings: Any, sent: list, timing: dict
+        self, sampling_params: dict, settings: Any, sent: list, timing: dict, request_id: str
     ) -> Callable[[list[int]], Awaitable[Sample]]:
-        """Token ids in, token ids and log-probs out, through verl's server manager."""
+        """Token ids in, token ids and log-probs out, through verl's server manager; every
+        turn of the episode under one ``request_id`` (``episode_request_id``)."""
         params = {**sampling_params, "max_tokens": settings.max_new_tokens}
         if settings.stop:
             params["stop"] = list(settings.stop)
@@ -107,12 +119,20 @@ class CairnAgentLoop(AgentLoopBase):
             sent.append(prompt_ids)
             start = time.perf_counter()
             out = await self.server_manager.generate(
-                request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=dict(params)
+                request_id=request_id, prompt_ids=prompt_ids, sampling_params=dict(params)
             )
             timing["generate_sequences"] += time.perf_counter() - start
             return Sample(list(out.token_ids), out.log_probs, dict(out.extra_fields or {}))
 
         return generate
+
+
+def episode_request_id(priority: int = 0, full_determinism: Any = False) -> str:
+    """The one request id of an episode's turns, as verl's ``ToolAgentLoop`` makes one per
+    trajectory: ``det-<priority>`` under ``rollout.full_determinism``, else a fresh uuid.
+    verl's server manager routes a request id to the server that served it before, so the
+    episode's growing prompt keeps hitting that server's prefix cache."""
+    return f"det-{priority}" if full_determinism else uuid4().hex
 
 
 def _task(row: dict[str, Any]) -> tuple[str, str, int]:

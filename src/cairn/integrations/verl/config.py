@@ -7,13 +7,17 @@ Given as Hydra overrides (new keys take a ``+``), with cairn's own names:
     +cairn.advantage.name=gigpo  +cairn.advantage.options.gamma=0.95
 
 ``agent`` and ``advantage`` are cairn's ``AgentConfig`` and ``AdvantageConfig`` (same
-fields, defaults and checks as ``cairn train``). Sampling (temperature, top-p) and lengths
-stay verl's (``actor_rollout_ref.rollout.*``).
+fields, defaults, checks and meaning as ``cairn train``: every ``agent`` key, the
+instruction, ``prompt_style``, ``action_format``, ``format_reward`` and
+``describe_format`` included, reaches the agent loop's turn). Sampling (temperature,
+top-p) and lengths stay verl's (``actor_rollout_ref.rollout.*``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,6 +34,8 @@ BRANCHING = {
 }
 #: Estimators that read the value column (from verl's critic, critic.enable=true).
 NEEDS_VALUES = ("gae", "vineppo")
+#: What ``settings`` tells cairn's setup the model is: verl trains pretrained models.
+PRETRAINED = "verl: actor_rollout_ref.model.path"
 
 
 class RolloutSection(BaseModel):
@@ -53,19 +59,43 @@ class CairnVerlConfig(BaseModel):
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
 
-    def settings(self, response_length: int, temperature: float, top_p: float) -> RolloutSettings:
-        """cairn's rollout settings for the agent loop (free-text actions, as with real LLMs)."""
+    def settings(
+        self,
+        response_length: int,
+        temperature: float,
+        top_p: float,
+        prompt_length: int | None = None,
+    ) -> RolloutSettings:
+        """cairn's rollout settings for the agent loop: ``cairn train``'s own mapping
+        (``cairn.train.setup.sampling_settings``), so every ``agent`` key passes through
+        with its meaning there; free text (no admissible-action restriction); a pretrained
+        model, so ``agent.describe_format`` unset means on; the context budget is verl's
+        ``rollout.prompt_length`` (old turns are dropped to fit it, not left-truncated)."""
+        from cairn.train.setup import sampling_settings  # torch: only where verl runs
+
         cap = self.rollout.max_new_tokens or response_length
-        return RolloutSettings(
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=min(cap, response_length),
-            stop=tuple(self.rollout.stop),
-            restrict_to_admissible=False,
-            max_turns=self.rollout.max_turns,
-            invalid_penalty=self.agent.invalid_penalty,
-            action_pattern=self.agent.action_pattern,
-        )
+        view = self._view(
+            SimpleNamespace(
+                temperature=temperature, top_p=top_p,
+                max_new_tokens=min(cap, response_length), stop=list(self.rollout.stop),
+                restrict_to_admissible=False, max_turns=self.rollout.max_turns,
+            )
+        )  # fmt: skip
+        return replace(sampling_settings(view), context_budget=prompt_length)
+
+    def prompt(self, tokenizer: Any, env: Any = None) -> Any:
+        """The ``PromptBuilder`` of an episode of ``env``: ``cairn train``'s own
+        (``cairn.train.setup.prompt_builder``: style, history, and from the env its tools
+        and, with ``agent.describe_format``, its demonstration)."""
+        from cairn.train.setup import prompt_builder
+
+        return prompt_builder(self._view(), tokenizer, env)
+
+    def _view(self, rollout: Any = None) -> SimpleNamespace:
+        """This block as the parts of a cairn Config the turn step reads; the model is
+        verl's, a pretrained one."""
+        model = SimpleNamespace(path=PRETRAINED, max_context=None)
+        return SimpleNamespace(rollout=rollout, agent=self.agent, model=model)
 
 
 def _plain(node: Any) -> Any:

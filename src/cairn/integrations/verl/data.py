@@ -5,7 +5,9 @@ Each row, as verl's ``RLHFDataset`` reads it:
     data_source    "cairn/<env>"
     agent_name     "cairn" (the agent loop that plays it)
     prompt         [{"role": "user", "content": <the first turn's prompt>}] (for verl's
-                   prompt-length filter and logs; the agent loop builds its own prompts)
+                   prompt-length filter and logs; the agent loop builds its own prompts),
+                   with the instruction of the ``cairn.agent`` block given (``--set
+                   agent.instruction=...``), as the agent loop's turns have it
     cairn_env      env name            cairn_options  env options as JSON text
     cairn_seed     the task seed       extra_info     {"index": i, "split": "train"/"val"}
     reward_model   {"style": "env", "ground_truth": ""} (the env scores; no reward model)
@@ -46,13 +48,28 @@ def _check_env(name: str, options: dict[str, Any]) -> Any:
 
 
 def dataset_rows(
-    name: str, options: dict[str, Any], seeds: list[int], split: str, history: int = 0
+    name: str,
+    options: dict[str, Any],
+    seeds: list[int],
+    split: str,
+    history: int = 0,
+    agent: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows of one split (see the module docstring); resets the env on every seed."""
+    """The rows of one split (see the module docstring); resets the env on every seed.
+    ``agent``: the ``cairn.agent`` block the agent loop will run with; the row's prompt
+    starts with its instruction (``cairn.rollout.turn.instruction_for``, as every turn's)."""
+    from cairn.integrations.verl.config import cairn_config  # torch: not at CLI start
+    from cairn.rollout.turn import instruction_for
+
+    settings = cairn_config({"cairn": {"agent": agent or {}}}).settings(1, 1.0, 1.0)
     env = _check_env(name, options)
     prompt = PromptBuilder(history=history)
     options_json = json.dumps(options, sort_keys=True)
     rows = []
+
+    def first_prompt(env: Any, obs: str) -> str:
+        return prompt.build(instruction_for(env, settings), [], obs)
+
     try:
         for i, seed in enumerate(seeds):
             try:
@@ -66,7 +83,7 @@ def dataset_rows(
                 {
                     "data_source": f"cairn/{name}",
                     "agent_name": "cairn",
-                    "prompt": [{"role": "user", "content": prompt.build(env.instruction, [], obs)}],
+                    "prompt": [{"role": "user", "content": first_prompt(env, obs)}],
                     "cairn_env": name,
                     "cairn_options": options_json,
                     "cairn_seed": int(seed),
@@ -86,8 +103,10 @@ def write_dataset(
     val: int,
     out: str | Path,
     seed_start: int = 0,
+    agent: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """Write ``out/train.parquet`` and ``out/val.parquet``; returns their paths."""
+    """Write ``out/train.parquet`` and ``out/val.parquet``; returns their paths (``agent``:
+    the ``cairn.agent`` block, for the rows' prompts)."""
     if train < 1 or val < 1:
         raise ConfigError(f"--train and --val must be >= 1, got {train} and {val}")
     if max(train, val) > MAX_ROWS:
@@ -99,7 +118,7 @@ def write_dataset(
         "train": list(range(seed_start, seed_start + train)),
         "val": [VAL_SEED_OFFSET + i for i in range(val)],
     }
-    rows = {split: dataset_rows(name, options, s, split) for split, s in seeds.items()}
+    rows = {split: dataset_rows(name, options, s, split, agent=agent) for split, s in seeds.items()}
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -139,16 +158,20 @@ def add_parser(sub: Any) -> None:
 
 
 def command(args: Any) -> int:
-    """Run ``cairn verl-data``: only ``env.options.*`` overrides are accepted."""
+    """Run ``cairn verl-data``: ``env.options.*`` and ``agent.*`` overrides are accepted."""
     from cairn.train.config import apply_overrides
 
-    data: dict[str, Any] = {"env": {"options": {}}}
+    data: dict[str, Any] = {"env": {"options": {}}, "agent": {}}
     apply_overrides(data, args.overrides)
-    extra = sorted(set(data) - {"env"}) + sorted(set(data["env"]) - {"options"})
+    extra = sorted(set(data) - {"env", "agent"}) + sorted(set(data["env"]) - {"options"})
     if extra:
-        raise ConfigError(f"verl-data takes --set env.options.KEY=VALUE only; got {extra}")
+        raise ConfigError(
+            "verl-data takes --set env.options.KEY=VALUE only, or agent.KEY=VALUE (the "
+            f"cairn.agent block the run will use, for the prompts); got {extra}"
+        )
     paths = write_dataset(
-        args.env, data["env"]["options"], args.train, args.val, args.out, args.seed_start
-    )
+        args.env, data["env"]["options"], args.train, args.val, args.out, args.seed_start,
+        agent=data["agent"],
+    )  # fmt: skip
     print(f"train: {paths['train']} ({args.train} rows)\nval: {paths['val']} ({args.val} rows)")
     return 0

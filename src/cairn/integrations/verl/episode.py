@@ -1,11 +1,14 @@
 """One cairn episode, turn by turn, with an asynchronous token-in/token-out generator.
 
-The same turn as cairn's own rollout (``cairn.rollout``): prompt from the instruction, the
-last ``history`` (observation, action) pairs and the observation (``cairn.agent
-.PromptBuilder``, with the tokenizer's chat template where it has one); prompt ids by the
-tokenizer without special tokens (as ``HFPolicy.encode``); the completion text is the
-decoded sampled ids cut at the first stop string; the action is ``parse_action``'s; an
-invalid action costs ``invalid_penalty``. The ids sent to the server and the ids it
+The turn is cairn's own (``cairn.rollout.turn``, the functions ``cairn train``'s batched
+loop calls): the prompt ids by ``fit_prompt`` (the instruction of ``instruction_for``, the
+last ``history`` turns, ``prompt_style`` flat or chat with every earlier turn's sampled
+ids spliced in, within ``settings.context_budget``), the action by ``action_pattern`` /
+``action_format``, format errors, cut completions and ``format_reward`` recorded as there,
+the env's step, the Step, the end of the episode. What differs is only how a completion
+arrives: one awaited request of sampled ids (``generate``), whose text is the decoded ids
+cut at the first stop string (``completion_text``, as ``HFPolicy``), and whose finish
+reason is read off the ids (``finish_reason``). The ids sent to the server and the ids it
 sampled are what is stored: nothing is decoded and encoded again between turns.
 
 verl-free, so that the turn loop is tested and timed without a server
@@ -19,15 +22,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.agent import PromptBuilder, parse_action
-from cairn.data.episode import Episode, Step
+from cairn.agent import PromptBuilder
+from cairn.data.episode import Episode
 from cairn.envs import TextEnv
-from cairn.rollout import RolloutSettings
+from cairn.policies.hf import Generation
+from cairn.rollout import RolloutSettings, turn
 
-__all__ = ["EnvFailure", "Sample", "TurnTokens", "completion_text", "play_episode"]
-
-#: Reset-info keys kept on the episode (as cairn's rollout keeps them).
-TASK_INFO_KEYS = ("answer", "question", "key_steps")
+__all__ = [
+    "EnvFailure",
+    "Sample",
+    "TurnTokens",
+    "completion_text",
+    "finish_reason",
+    "play_episode",
+]
 
 
 @dataclass
@@ -63,6 +71,33 @@ def completion_text(tokenizer: Any, ids: Sequence[int], stop: Sequence[str]) -> 
     return text.strip()
 
 
+def finish_reason(
+    ids: Sequence[int], text: str, eos_id: int | None, stop: Sequence[str], max_new_tokens: int
+) -> str:
+    """Why a server's completion ended, as ``HFPolicy.generate`` names it: ``eos`` (its
+    last id), ``stop`` (a stop string in ``text``, the decoded ids), ``length`` (cut at
+    ``max_new_tokens``), else ``eos`` (the server ended it on another stop id)."""
+    if ids and eos_id is not None and ids[-1] == eos_id:
+        return "eos"
+    if any(s in text for s in stop):
+        return "stop"
+    return "length" if len(ids) >= max_new_tokens else "eos"
+
+
+def _generation(tokenizer: Any, sample: Sample, settings: RolloutSettings) -> Generation:
+    """A server's ``sample`` as the completion a turn records (``cairn.rollout.turn``)."""
+    ids = list(sample.token_ids)
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+    return Generation(
+        token_ids=ids,
+        logprobs=list(sample.logprobs or []),
+        text=completion_text(tokenizer, ids, settings.stop),
+        finish=finish_reason(
+            ids, full, tokenizer.eos_token_id, settings.stop, settings.max_new_tokens
+        ),
+    )
+
+
 async def _env_call(fn: Callable[..., Any], *args: Any, in_thread: bool, **kwargs: Any) -> Any:
     try:
         if in_thread:  # a slow env (a JVM, a simulator) must not stall the other episodes
@@ -83,50 +118,32 @@ async def play_episode(
     *,
     episode_id: int = 0,
     group: int = 0,
-    instruction: str | None = None,
     env_in_thread: bool = False,
 ) -> tuple[Episode, TurnTokens]:
-    """Play one episode of ``env`` from ``seed``; raises EnvFailure when the env raises."""
+    """Play one episode of ``env`` from ``seed`` (module docstring); raises EnvFailure
+    when the env raises. An episode whose prompt outgrows ``settings.context_budget`` ends
+    there (``meta["end_reason"]``), with no step when it was the first prompt."""
     obs, info = await _env_call(env.reset, in_thread=env_in_thread, seed=seed)
     episode = Episode(id=episode_id, group=group, task=seed)
-    episode.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
+    turn.start(episode, info)
     tokens = TurnTokens()
+
+    def encode(text: str) -> list[int]:  # as HFPolicy.encode
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
     while True:
-        past = [(s.observation, s.action) for s in episode.steps]
-        text = prompt.build(instruction or env.instruction, past, obs)
-        prompt_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-        sample = await generate(prompt_ids)
-        completion = completion_text(tokenizer, sample.token_ids, settings.stop)
-        action = parse_action(completion, settings.action_pattern) or ""
-        result = await _env_call(env.step, action, in_thread=env_in_thread)
-        next_obs, reward, terminated, truncated, next_info = result
-        valid = bool(next_info.get("valid", True))
-        episode.steps.append(
-            Step(
-                t=len(episode.steps),
-                observation=obs,
-                anchor=info.get("anchor", obs),
-                action=action,
-                completion=completion,
-                reward=float(reward),
-                valid=valid,
-                penalty=0.0 if valid else settings.invalid_penalty,
-                prompt_ids=prompt_ids,
-                action_ids=list(sample.token_ids),
-                logprobs=list(sample.logprobs or []),
-                columns=_columns(next_info),
-            )
+        prompt_ids = turn.turn_prompt(
+            episode, env, obs, prompt, encode, tokenizer.eos_token_id, settings
         )
+        if prompt_ids is None:
+            return episode, tokens
+        sample = await generate(prompt_ids)
+        gen = _generation(tokenizer, sample, settings)
+        parsed = turn.parse(gen.text, settings)
+        result = await _env_call(env.step, parsed or "", in_thread=env_in_thread)
+        turn.record(episode, (obs, info), prompt_ids, gen, parsed, result, settings)
         tokens.has_logprobs.append(sample.logprobs is not None)
         tokens.extra.append(dict(sample.extra))
-        obs, info = next_obs, next_info
-        out_of_turns = settings.max_turns is not None and len(episode.steps) >= settings.max_turns
-        if terminated or truncated or out_of_turns:
-            episode.success = bool(next_info.get("success", False))
-            episode.terminated, episode.truncated = bool(terminated), not terminated
+        (obs, info), goes_on = turn.advance(episode, result, settings)
+        if not goes_on:
             return episode, tokens
-
-
-def _columns(info: dict[str, Any]) -> dict[str, float]:
-    """Step columns an env may report itself (IGPO's info gain)."""
-    return {"info_gain": float(info["info_gain"])} if "info_gain" in info else {}

@@ -8,8 +8,9 @@ one method replaced: ``_compute_advantage`` reads each sample's per-turn ``extra
     episode cairn_episode     t       cairn_turn      reward  cairn_step_reward
     anchor  cairn_anchor      success cairn_success   info_gain, value where they arrive
 
-calls ``cairn.advantages.estimate(cairn.advantage.name, batch, **options)`` and spreads
-each step's advantage over that step's response tokens. ``returns`` (the critic's target)
+calls ``cairn.advantages.compute(batch, cairn.advantage)`` (the estimator, then the
+whitening of ``advantage.whiten``, exactly as ``cairn train``) and spreads each step's
+advantage over that step's response tokens. ``returns`` (the critic's target)
 is ``A + V`` where values arrive (GAE's return; the TD(0) target for vineppo), else ``A``
 as for verl's outcome estimators.
 Failed samples (an env that raised) get advantage 0, stay out of the step table and are
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
-from cairn.advantages import estimate
+from cairn.advantages import compute
 from cairn.data import StepBatch
 from cairn.integrations.verl.config import CairnVerlConfig, cairn_config, check_estimator
 from cairn.train.config import ConfigError
@@ -99,15 +100,13 @@ def step_advantages(
             [uid[i] for i in ok], [fields[i] for i in ok], None if values is None else values[ok]
         )
         try:
-            a = estimate(cfg.advantage.name, batch, **cfg.advantage.options)
+            a, _ = compute(batch, cfg.advantage)  # cairn train's stage: estimate, whiten
         except ValueError as err:
             raise ValueError(
                 f"cairn.advantage.name={cfg.advantage.name!r}: {err}. Through verl a step "
                 "carries info_gain when the env reports info['info_gain'] and value when "
                 "verl's critic runs (docs/scale.md, verl)"
             ) from err
-        if cfg.advantage.whiten and len(a) > 1:
-            a = (a - a.mean()) / (a.std() + 1e-8)
         adv[ok] = a
         metrics.update(_episode_metrics(batch, fields, ok))
     return adv, metrics

@@ -1,0 +1,39 @@
+"""The advantage stage of an iteration, shared by both trainers (``cairn train``'s
+``Trainer`` and verl's ``CairnTrainer``): the configured estimator, then the configured
+batch whitening.
+
+    adv, parts = compute(batch, cfg)   # cfg: advantage.name, .options, .whiten
+
+Whitening (``advantage.whiten``) is ``segments.whiten`` over every row of the batch:
+``(A - mean) / (std + 1e-6)`` with the unbiased std, and zeros for a single row (no
+spread to scale by). One definition, so the same steps get the same advantages under
+either trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from cairn.advantages._registry import Parts, estimate_parts
+from cairn.advantages.segments import whiten
+from cairn.data import StepBatch
+
+__all__ = ["AdvantageSpec", "compute"]
+
+
+class AdvantageSpec(Protocol):
+    """What ``compute`` reads of a config's ``advantage`` section."""
+
+    name: str
+    options: Mapping[str, Any]
+    whiten: bool
+
+
+def compute(batch: StepBatch, cfg: AdvantageSpec) -> tuple[np.ndarray, Parts]:
+    """``(advantage (N,) float64, parts)``: ``estimate_parts(cfg.name, batch,
+    **cfg.options)``, whitened over the batch when ``cfg.whiten`` (module docstring)."""
+    adv, parts = estimate_parts(cfg.name, batch, **cfg.options)
+    return (whiten(adv) if cfg.whiten else adv), parts

@@ -5,7 +5,6 @@ prompts on envs in worker processes, and step columns an env reports itself."""
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 
 import torch
 from rollout_helpers import DEMO
@@ -69,8 +68,21 @@ def test_envs_in_workers_give_prompts_their_example_action_and_tools():
         pool.close()
 
 
+class _NoPromptAttributes:
+    """An env object (not a TextEnv) with neither ``example_action`` nor ``tools``."""
+
+    def __init__(self):
+        self.env = make("sokoban", **DEMO)
+
+    def __getattr__(self, name):
+        if name in ("example_action", "tools"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+
 def test_worker_env_without_the_attributes_keeps_the_defaults():
-    pool = WorkerPool(partial(make, "sokoban", **DEMO), 1, backend="process")
+    # (sokoban itself has an example action now: a wrapper without either attribute)
+    pool = WorkerPool(_NoPromptAttributes, 1, backend="process")
     try:
         (remote,) = pool.take(1)
         reset_all([remote], [1])

@@ -1,7 +1,7 @@
 """Seconds per training iteration of the demo (``cairn train`` with no argument: GiGPO,
 the tiny model, sokoban) with ``train.threads`` 1 vs 2, for choosing the default on a
-quiet machine (the default is null = all cores; on a shared 2-core machine 1 thread
-generated 4-10x faster than 2, which a loaded machine can fake).
+quiet machine and a loaded one (the default, 1, was chosen from it; on a shared 2-core
+machine 1 thread generated 4-10x faster than 2, which a loaded machine can fake).
 
     python benchmarks/threads.py [--threads 1,2] [--repeats 3] [--iterations 6]
     python benchmarks/threads.py --dry        # seconds: 1 repeat, 2 small iterations, no file

@@ -378,7 +378,11 @@ class TrainConfig(_Section):
         300.0, gt=0, description="Stop after this many seconds of training (eval excluded)."
     )
     max_episodes: int | None = Field(None, gt=0, description="Stop after this many episodes.")
-    threads: int | None = Field(None, gt=0, description="torch CPU threads; null = all cores.")
+    threads: int | None = Field(
+        1, gt=0, description="torch CPU threads. 1: the same numbers on every run, and no "
+        "slow-down when another job takes a core; null = all cores (faster on a quiet "
+        "machine, not bit-reproducible). benchmarks/results/speed/threads.md."
+    )  # fmt: skip
     pack_episodes: bool = Field(
         False, description="Train an episode whose turn prompts extend each other as one "
         "sequence (per-turn advantages on its action tokens); others per turn (docs/scale.md)."

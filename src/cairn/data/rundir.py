@@ -161,7 +161,12 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
     """Append one row as a line, flushed and fsynced (a kill loses at most this line)."""
-    with (Path(run_dir) / METRICS).open("a") as f:
+    _append_line(Path(run_dir) / METRICS, row)
+
+
+def _append_line(path: Path, row: dict[str, Any]) -> None:
+    """``row`` as one JSON line at the end of ``path``, flushed and fsynced."""
+    with path.open("a") as f:
         f.write(json.dumps(row) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -204,10 +209,7 @@ def read_amendments(run_dir: Path) -> list[dict[str, Any]]:
 
 def append_amendment(run_dir: Path, row: dict[str, Any]) -> None:
     """Append one amendment (``time``, ``iteration``, ``changes``: key/old/new), fsynced."""
-    with (Path(run_dir) / AMENDMENTS).open("a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    _append_line(Path(run_dir) / AMENDMENTS, row)
 
 
 def keep_amendments(run_dir: Path, iteration: int) -> None:

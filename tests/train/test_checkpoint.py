@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from checkpoint_stubs import StubTokenizer, TinyModule
 
 from cairn.train.checkpoint import (
     CheckpointError,
@@ -79,28 +80,9 @@ def test_flatten_refuses_arbitrary_objects():
         flatten({"rewards": [object()]})
 
 
-class _Tiny(torch.nn.Module):
-    """save_pretrained / a tokenizer stand-in: enough for save_checkpoint."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3))
-
-    def save_pretrained(self, folder: Path, safe_serialization: bool = True) -> None:
-        from safetensors.torch import save_model
-
-        folder.mkdir(parents=True, exist_ok=True)
-        save_model(self, str(folder / "model.safetensors"))
-
-
-class _Tok:
-    def save_pretrained(self, folder: Path) -> None:
-        (folder / "tokenizer.json").write_text("{}")
-
-
 def _save(run: Path, iteration: int, state: dict | None = None) -> Path:
     state = state if state is not None else {"iteration": iteration}
-    return save_checkpoint(run, iteration, _Tiny(), _Tok(), state, keep=3)
+    return save_checkpoint(run, iteration, TinyModule(), StubTokenizer(), state, keep=3)
 
 
 def test_saved_state_loads_back_exactly_and_holds_no_pickle(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_stubs import StubTokenizer, TinyModule
 
 from cairn.train.checkpoint import (
     CheckpointError,
@@ -23,28 +24,11 @@ from cairn.train.checkpoint import (
 SHA = "0123456789abcdef" * 4
 
 
-class _Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3))
-
-    def save_pretrained(self, folder: Path, safe_serialization: bool = True) -> None:
-        from safetensors.torch import save_model
-
-        folder.mkdir(parents=True, exist_ok=True)
-        save_model(self, str(folder / "model.safetensors"))
-
-
-class _Tok:
-    def save_pretrained(self, folder: Path) -> None:
-        (folder / "tokenizer.json").write_text("{}")
-
-
 def _state(iteration: int) -> dict:
     """A trainer-like state: counters, an AdamW state, RNG states, metrics rows."""
     import numpy as np
 
-    model = _Tiny()
+    model = TinyModule()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.w.sum().backward()
     opt.step()
@@ -62,7 +46,9 @@ def _state(iteration: int) -> dict:
 
 
 def _save(run: Path, iteration: int, keep: int = 10) -> Path:
-    return save_checkpoint(run, iteration, _Tiny(), _Tok(), _state(iteration), keep=keep)
+    return save_checkpoint(
+        run, iteration, TinyModule(), StubTokenizer(), _state(iteration), keep=keep
+    )
 
 
 def _plant(folder: Path, change) -> None:

@@ -114,3 +114,34 @@ def test_eval_of_a_run_that_is_still_training(tmp_path):
     dumps = sorted(p.name for p in (run / "trajectories").glob("iter_*.jsonl.gz"))
     assert len(dumps) >= len(iters)  # none deleted
     assert len(list((run / "eval").glob("iter_*-2.json"))) >= 1
+
+
+def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypatch):
+    """A live trainer prunes the checkpoint eval picked: the weights' loader reports the
+    missing file as a ValueError, and eval takes the newer checkpoint (the CI flake of
+    test_eval_of_a_run_that_is_still_training); an error on a checkpoint still there is
+    raised as it is."""
+    import cairn.train.evaluate as ev
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_000003").mkdir(parents=True)
+    (run / "config.yaml").write_text("name: x\nenv: {name: sokoban}\n")
+    picks = iter([run / "checkpoints" / "iter_000002", run / "checkpoints" / "iter_000003"])
+    monkeypatch.setattr(ev, "newest_checkpoint", lambda _: next(picks))
+
+    def load(cfg, ckpt):
+        if not ckpt.exists():
+            raise ValueError(f"cannot load checkpoint {ckpt} from local safetensors files")
+        return {"eval/success": 0.5}
+
+    monkeypatch.setattr(ev, "evaluate_checkpoint", load)
+    result, _ = ev.evaluate_run(run, episodes=2)
+    assert result["checkpoint"] == "iter_000003" and result["eval/success"] == 0.5
+
+    def broken(cfg, ckpt):
+        raise ValueError("bad weights")
+
+    monkeypatch.setattr(ev, "newest_checkpoint", lambda _: run / "checkpoints" / "iter_000003")
+    monkeypatch.setattr(ev, "evaluate_checkpoint", broken)
+    with pytest.raises(ValueError, match="bad weights"):
+        ev.evaluate_run(run, episodes=2)

@@ -99,7 +99,8 @@ def evaluate_run(
         try:
             stats = evaluate_checkpoint(cfg, ckpt)
             break
-        except OSError:  # pruned by a live trainer while read
+        except (OSError, ValueError):  # pruned by a live trainer while read (the weights'
+            # loader reports a vanished file as a ValueError naming the checkpoint)
             if attempt == _ATTEMPTS - 1 or ckpt.exists():
                 raise
     result = {

@@ -199,3 +199,13 @@ def test_setup_wires_the_envs_example_and_tools_for_a_pretrained_model(tok):
     assert compact.demonstration() == [] and make("countdown").demonstration() == []
     tagged = load_config("search_qa_gigpo", ["agent.describe_format=true"])
     assert prompt_builder(tagged, tok, env).tools == ()  # tools reach the template for calls only
+
+
+def test_a_flat_prompt_ends_with_the_response_prefix(tok):
+    flat = PromptBuilder(history=1, response_prefix="<action>")
+    assert flat.build("Go.", [("a", "left")], "b") == "Go.\nobs: a act: left\nobs: b act: <action>"
+    assert PromptBuilder(history=1).build("Go.", [], "b") == "Go.\nobs: b act:"
+    chat_flat = PromptBuilder(chat_template=tok, response_prefix="<action>")
+    assert chat_flat.build("Go.", [], "b").endswith(
+        "act:<|im_end|>\n<|im_start|>assistant\n<action>"
+    )

@@ -75,6 +75,24 @@ def test_standard_tool_calls_still_parse():
     assert parse_tool_call(_call("search", "[" * 900 + "]" * 900)) is None
 
 
+def test_a_call_whose_closing_tag_is_missing_is_read_up_to_its_json_object():
+    """What SmolLM2 writes after a ``<tool_call>`` response prefix: the call, then prose."""
+    rambling = '<tool_call>{"name": "answer", "arguments": {"answer": "Kalioa"}}\n\nIt is.'
+    assert parse_action(rambling, fmt="tool_call") == "answer[Kalioa]"
+    assert parse_tool_call('<tool_call> {"name": "search", "arguments": {"q": 7}}') == (
+        "search",
+        "7",
+    )
+    # an open call then a closed one is one bad call (as before); a cut or hostile object
+    # is still none
+    two = '<tool_call>{"name": "a", "arguments": {"x": "1"}}<tool_call>{"name": "b", '
+    assert parse_tool_call(two + '"arguments": {"x": "2"}}</tool_call>') is None
+    assert parse_tool_call('<tool_call>{"name": "answer", "arguments": {"answer": "x"') is None
+    assert parse_tool_call('<tool_call>{"name": "a", "arguments": {"x": NaN}} ok') is None
+    assert parse_tool_call('<tool_call>{"name": "a", "name": "b", "arguments": {"x": 1}}') is None
+    assert parse_tool_call("<tool_call> answer: Kalioa") is None
+
+
 @pytest.mark.parametrize("fmt", ACTION_FORMATS)
 @pytest.mark.parametrize("name", sorted({**HOSTILE_TEXT, **HOSTILE_CALLS}))
 def test_no_completion_makes_a_parser_raise(fmt, name):

@@ -130,21 +130,25 @@ class _Replay:
         return [Generation(ids, [0.0] * len(ids), text, "eos") for _ in prompts]
 
 
-@pytest.mark.parametrize("fmt", ["tagged", "tool_call"])
-def test_free_text_demo_writes_the_action_format_in_the_rollout_chat_prompts(fmt):
+@pytest.mark.parametrize(
+    ("fmt", "prefix"), [("tagged", ""), ("tool_call", ""), ("tool_call", "<tool_call>")]
+)
+def test_free_text_demo_writes_the_action_format_in_the_rollout_chat_prompts(fmt, prefix):
     """In free text a demonstration is written as the policy's parser reads it, and its
     prompts are the chat prompts (token-in/token-out) a rollout sampling the same ids
-    builds; before, demos were bare action text over flat prompts."""
+    builds; before, demos were bare action text over flat prompts. With a response prefix
+    the prompt holds it, so the demonstration's ids are what follows it."""
     from cairn.envs import make as make_env
 
     env = make_env("search_qa", kb_seed=0, kb_size=6, hops=2, max_steps=4)
     tok = local_tokenizer(env, env.instruction, kind="chat", vocab_size=400)
     config = tiny_config(len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     policy = HFPolicy(build_tiny_model(config, seed=0), tok)
-    prompt = PromptBuilder(history=3, chat_template=tok, style="chat")
+    prompt = PromptBuilder(history=3, chat_template=tok, style="chat", response_prefix=prefix)
     settings = RolloutSettings(
-        restrict_to_admissible=False, action_format=fmt, max_new_tokens=64, format_reward=0.1
-    )
+        restrict_to_admissible=False, action_format=fmt, max_new_tokens=64, format_reward=0.1,
+        response_prefix=prefix,
+    )  # fmt: skip
     env.reset(seed=4)
     plan = env.gold_actions()
     demo = demo_episode(
@@ -153,7 +157,9 @@ def test_free_text_demo_writes_the_action_format_in_the_rollout_chat_prompts(fmt
     assert demo.success and [s.action for s in demo.steps] == plan
     for s in demo.steps:
         assert parse_action(s.completion, fmt=fmt) == s.action != s.completion
-        assert s.action_ids == [*policy.encode(s.completion), policy.eos_id]
+        written = s.completion.removeprefix(prefix)
+        assert s.action_ids == [*policy.encode(written), policy.eos_id]
+        assert written.startswith('{"name"') if prefix else written == s.completion
         assert s.shaped == {"format": 0.1}
     replay = _Replay(policy, [s.action_ids for s in demo.steps])
     ref = rollout(replay, [env], tasks_for_groups([4], 1), prompt, settings)[0]

@@ -17,6 +17,8 @@ import torch
 
 from cairn.agent import PromptBuilder, Turn, fit_prompt
 from cairn.policies import HFPolicy, smol
+from cairn.rollout.loop import RolloutSettings
+from cairn.rollout.turn import parse
 from cairn.train.config import ConfigError, load_config
 
 ALIAS = "smollm2-135m-instruct"
@@ -139,3 +141,46 @@ def test_generation_stops_at_im_end_and_the_ids_reach_the_next_prompt(smol_polic
     k = len(prompt)
     assert nxt.ids[:k] == prompt  # the first turn's prompt, then the sampled ids verbatim
     assert nxt.ids[k : k + len(gen.token_ids)] == gen.token_ids
+
+
+def test_a_response_prefix_opens_the_reply_and_each_spliced_earlier_reply(smol_policy):
+    """agent.response_prefix: the prompt ends with the tokenizer's own template plus the
+    prefix; an earlier turn is the prefix then its sampled ids, so turn 2's prompt extends
+    turn 1's prompt + sampled ids; the parser reads prefix + reply."""
+    tok, enc, eos = smol_policy.tokenizer, smol_policy.encode, smol_policy.eos_id
+    builder = PromptBuilder(
+        history=1, chat_template=tok, style="chat", response_prefix="<tool_call>"
+    )
+    first = builder.chat_ids(enc, eos, "Answer.", [], "Question: who ?")
+    own = tok.apply_chat_template(
+        builder.messages("Answer.", [], "Question: who ?"),
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert tok.decode(first) == own + "<tool_call>"
+    reply = '{"name": "search", "arguments": {"query": "who"}}</tool_call>'
+    sampled = [*enc(reply), eos]
+    second = builder.chat_ids(enc, eos, "Answer.", [("Question: who ?", sampled)], "[1] x", turn=1)
+    assert second[: len(first) + len(sampled)] == first + sampled
+    assert tok.decode(second).endswith("<|im_start|>assistant\n<tool_call>")
+    settings = RolloutSettings(action_format="tool_call", response_prefix="<tool_call>")
+    assert parse(reply, settings) == "search[who]"
+    assert parse(reply, RolloutSettings(action_format="tool_call")) is None  # no prefix: none
+
+
+def test_the_budget_check_counts_what_follows_the_response_prefix(smol_policy):
+    from types import SimpleNamespace
+
+    from cairn.envs import make
+    from cairn.train.setup import check_token_budget
+
+    env = make("search_qa", kb_seed=0, kb_size=12, hops=[1, 2], max_steps=4, render="text")
+    tok = smol_policy.tokenizer
+    full = SimpleNamespace(max_new_tokens=1)
+    with pytest.raises(ValueError, match=r"at least (\d+)") as without:
+        check_token_budget(env, tok, "tool_call", full)
+    with pytest.raises(ValueError, match=r"at least (\d+)") as with_prefix:
+        check_token_budget(env, tok, "tool_call", full, "<tool_call>")
+    need = [int(str(e.value).rsplit(" ", 1)[1]) for e in (without, with_prefix)]
+    opening = len(tok("<tool_call>", add_special_tokens=False)["input_ids"])
+    assert need[0] - need[1] == opening and opening >= 1

@@ -40,4 +40,7 @@ def test_preset_trains_two_iterations(tmp_path, preset, strategy, estimator, ext
     summary = Trainer(cfg, tmp_path / "run").run()
     rows = read_metrics(tmp_path / "run")
     assert [r["iteration"] for r in rows] == [1, 2] and summary["iterations"] == 2
-    assert all(r["rollout/forward_tokens"] > 0 and r["adv/abs_max"] >= 0 for r in rows)
+    assert all(
+        r["rollout/forward_tokens"] > 0 and r["update/forward_tokens"] > 0 and r["adv/abs_max"] >= 0
+        for r in rows
+    )

@@ -29,6 +29,7 @@ __all__ = ["ACTION_FORMATS", "format_completion", "parse_action", "parse_tool_ca
 ACTION_FORMATS = ("line", "tagged", "tool_call")
 _TAGGED = re.compile(r"<\s*action\s*>(.*?)<\s*/\s*action\s*>", re.DOTALL | re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_OPEN_CALL = "<tool_call>"
 _ENV_ACTION = re.compile(r"^\s*(\w+)\s*\[(.*)\]\s*$", re.DOTALL)
 
 
@@ -80,6 +81,9 @@ def _parse(completion: str, regex: re.Pattern[str] | None, fmt: str) -> str | No
 def parse_tool_call(completion: str) -> tuple[str, str] | None:
     """(name, argument) of the first ``<tool_call>`` JSON in ``completion``, else None.
 
+    A call whose closing tag is missing (small models often stop or ramble on after the
+    JSON) is read from the JSON object right after the first ``<tool_call>``, when no
+    closed call exists; the text after that object is ignored, never part of the call.
     The call must be a standard JSON object (no ``NaN``/``Infinity``, no key twice) with a
     string ``name`` and an ``arguments`` object of exactly one string or number value;
     anything else is None: bad JSON, nesting past Python's recursion limit, a number
@@ -93,9 +97,13 @@ def parse_tool_call(completion: str) -> tuple[str, str] | None:
 
 def _tool_call(completion: str) -> tuple[str, str] | None:
     m = _TOOL_CALL.search(completion)
-    if m is None:
+    if m is not None:
+        call = _json(m.group(1))
+    elif _OPEN_CALL in completion:  # unclosed: the one JSON object that follows the tag
+        rest = completion.split(_OPEN_CALL, 1)[1].lstrip()
+        call = _DECODER.raw_decode(rest)[0]
+    else:
         return None
-    call = json.loads(m.group(1), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
     args = call.get("arguments")
@@ -108,6 +116,10 @@ def _tool_call(completion: str) -> tuple[str, str] | None:
     return (name, str(value).strip()) if name else None
 
 
+def _json(text: str) -> Any:
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object as a dict; a key given twice is an error (standard JSON's intent)."""
     out = dict(pairs)
@@ -118,6 +130,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not standard JSON")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 
 
 def format_completion(

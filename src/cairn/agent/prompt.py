@@ -31,6 +31,12 @@ turn and an assistant turn each, after the system turn; flat: an ``obs: ... act:
 line each, after the instruction). A small instruction model follows
 the answer format far more often after one such exchange than after any wording of it.
 
+A response prefix (``response_prefix``, ``agent.response_prefix``): text written right
+after the generation prompt (flat: after the last ``act:``), so every reply starts with it;
+the model continues it and the parser reads prefix + reply. In the chat history each earlier
+assistant turn is the prefix followed by that turn's sampled ids, so the prefix property
+holds. ``<tool_call>`` makes a 135M model write a call where it otherwise answers in prose.
+
 A context budget (``fit_prompt``): when a prompt would exceed ``budget`` tokens the oldest
 shown turns are dropped, one at a time (never the instruction or the current
 observation); a prompt that does not fit even with no earlier turn raises
@@ -92,6 +98,7 @@ class PromptBuilder:
     tool_observations: bool = False  # chat: observations after the first are tool answers
     tools: tuple[dict[str, Any], ...] = ()  # JSON tool schemas for a template that renders them
     example: tuple[tuple[str, str], ...] = ()  # (observation, completion) turns shown first
+    response_prefix: str = ""  # opens the reply the prompt asks for (module docstring)
 
     def __post_init__(self) -> None:
         if self.style not in PROMPT_STYLES:
@@ -120,7 +127,7 @@ class PromptBuilder:
         lines.append(f"{OBS} {observation} {ACT}")
         text = "\n".join(lines)
         if self.chat_template is None:
-            return text
+            return f"{text} {self.response_prefix}" if self.response_prefix else text
         if self.style == "chat":  # the conversation as text (display; ids: chat_ids)
             return self._render(self.messages(instruction, shown, observation, extra, len(past)))
         return self._render([{"role": "user", "content": text}])
@@ -134,9 +141,10 @@ class PromptBuilder:
 
     def _render(self, messages: list[dict[str, str]]) -> str:
         extra = {"tools": list(self.tools)} if self.renders_tools else {}
-        return self.chat_template.apply_chat_template(  # type: ignore[union-attr]
+        text = self.chat_template.apply_chat_template(  # type: ignore[union-attr]
             messages, tokenize=False, add_generation_prompt=True, **extra
         )
+        return text + self.response_prefix
 
     def messages(
         self,
@@ -181,7 +189,8 @@ class PromptBuilder:
         earlier turn's (observation, sampled action ids). A sampled completion that ended
         with eos already closes its turn, so the template's own end-of-turn text right
         after it is not added again."""
-        slots = [(obs, _SLOT.format(k)) for k, (obs, _) in enumerate(shown)]
+        prefix = self.response_prefix  # each earlier reply: the prefix, then its sampled ids
+        slots = [(obs, prefix + _SLOT.format(k)) for k, (obs, _) in enumerate(shown)]
         text = self._render(self.messages(instruction, slots, observation, extra, turn))
         eos = self.chat_template.eos_token if eos_id is not None else None  # type: ignore[union-attr]
         ids: list[int] = []

@@ -188,7 +188,8 @@ def demo_episode(
                 completion = format_completion(
                     action, think(obs) if think else "", settings.action_format
                 )
-            ids, allowed = [*policy.encode(completion), policy.eos_id], None
+            written = completion.removeprefix(settings.response_prefix)  # the prompt has it
+            ids, allowed = [*policy.encode(written), policy.eos_id], None
             if unk is not None and unk in ids:
                 raise ValueError(
                     f"the tokenizer cannot write the demonstration {completion!r} (unknown "

@@ -89,6 +89,7 @@ class RolloutSettings:
     describe_format: bool = (
         False  # append the answer format of action_format (agent.describe_format)
     )
+    response_prefix: str = ""  # agent.response_prefix: opens every reply, in the prompt
 
 
 class TurnHook(Protocol):

@@ -113,8 +113,10 @@ def turn_prompt(
 
 
 def parse(text: str, settings: RolloutSettings) -> str | None:
-    """The action in a completion's ``text``, or None (a format error)."""
-    return parse_action(text, settings.action_pattern, settings.action_format)
+    """The action in a completion's ``text`` (read after ``settings.response_prefix``, which
+    the prompt wrote), or None (a format error)."""
+    full = settings.response_prefix + text
+    return parse_action(full, settings.action_pattern, settings.action_format)
 
 
 def record(

@@ -191,6 +191,12 @@ class AgentConfig(_Section):
         "the instruction; null: on for a pretrained model (model.path), off for the tiny one."
     )  # fmt: skip
 
+    response_prefix: str = Field(
+        "", max_length=200, description="Text that opens every reply, written into the prompt "
+        "after the generation prompt: the model continues it and the parser reads it with the "
+        "reply (e.g. '<tool_call>' for tool_call: a small model then writes the call)."
+    )  # fmt: skip
+
     @field_validator("action_pattern")
     @classmethod
     def _regex(cls, v: str | None) -> str | None:

@@ -65,6 +65,7 @@ def sampling_settings(cfg: Any, policy: Any = None) -> RolloutSettings:
         action_pattern=cfg.agent.action_pattern, action_format=cfg.agent.action_format,
         format_reward=cfg.agent.format_reward, context_budget=budget,
         instruction=cfg.agent.instruction, describe_format=describe_format(cfg),
+        response_prefix=cfg.agent.response_prefix,
     )  # fmt: skip
 
 
@@ -88,6 +89,7 @@ def prompt_builder(cfg: Any, tokenizer: Any, env: Any = None) -> PromptBuilder:
     return PromptBuilder(
         history=cfg.agent.history, chat_template=chat, style=cfg.agent.prompt_style,
         tool_observations=calls, tools=tools, example=example,
+        response_prefix=cfg.agent.response_prefix,
     )  # fmt: skip
 
 
@@ -119,22 +121,23 @@ def budget_check(cfg: Any, tokenizer: Any) -> None:
     calls guarded like the probe's."""
     env = GuardedEnv(make(cfg.env.name, **cfg.env.options), cfg.env.name)
     try:
-        check_token_budget(env, tokenizer, cfg.agent.action_format, cfg.rollout)
+        a = cfg.agent
+        check_token_budget(env, tokenizer, a.action_format, cfg.rollout, a.response_prefix)
     finally:
         env.close()
 
 
-def check_token_budget(env: Any, tokenizer: Any, fmt: str, rollout: Any) -> None:
+def check_token_budget(env: Any, tokenizer: Any, fmt: str, rollout: Any, prefix: str = "") -> None:
     """Fail in one line when ``rollout.max_new_tokens`` cannot hold the gold action of
-    one of the first ``BUDGET_SEEDS`` tasks written in ``fmt`` (envs without a gold
-    action are not checked)."""
+    one of the first ``BUDGET_SEEDS`` tasks written in ``fmt`` after the response ``prefix``
+    the prompt already holds (envs without a gold action are not checked)."""
     longest, worst = 0, ""
     for seed in range(BUDGET_SEEDS):
         env.reset(seed=seed)
         gold = env.gold_action()
         if gold is None:
             continue
-        text = example_completion(fmt, gold, getattr(env, "tools", ()))
+        text = example_completion(fmt, gold, getattr(env, "tools", ())).removeprefix(prefix)
         n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
         if n > longest:
             longest, worst = n, text

@@ -192,7 +192,9 @@ class Trainer:
             tokens.ref_logprobs = reference_logprobs(
                 self.policy, self.ref_model, tokens, cfg.rollout.temperature
             )
+        tokens_before = self.policy.forward_tokens
         actor = self.update(tokens, batch, parts)
+        update_tokens = self.policy.forward_tokens - tokens_before  # every epoch's passes
         self.engine.sync()  # vllm: the new weights to the sampler
         t3 = time.perf_counter()
         # --- log -----------------------------------------------------------------------------
@@ -207,6 +209,7 @@ class Trainer:
             "steps": len(batch),
             **episode_stats(played, "rollout"),
             "rollout/forward_tokens": rollout_tokens,
+            "update/forward_tokens": update_tokens,
             "rollout/dropped_groups": self.strategy.dropped,
             **env_faults,
             "adv/mean": float(adv.mean()),

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.data.episode import Episode
+from cairn.data.events import EpisodeMeta
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation
 from cairn.rollout.envpool import (
@@ -47,7 +48,7 @@ from cairn.rollout.envpool import (
     restore_guarded,
     snapshot_guarded,
 )
-from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, turn_events_before
+from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play
 
 __all__ = [
     "EnvSlots",
@@ -72,16 +73,13 @@ def clone_prefix(episode: Episode, t: int) -> Episode:
     """A new episode holding copies of ``episode``'s first ``t`` steps (id -1, not ended).
 
     Step objects are copied (their ``columns`` dicts too, so labelling one copy leaves the
-    other alone); token lists are shared, they are never modified.
+    other alone); token lists are shared, they are never modified. The events are the
+    prefix's (``EpisodeEvents.prefix``); the per-step ``entropy`` payload is cut at ``t``.
     """
     if not 0 <= t <= len(episode.steps):
         raise ValueError(f"branch point t={t} outside 0..{len(episode.steps)} (episode length)")
-    meta = {
-        k: v[:t] if k == "entropy" else v
-        for k, v in episode.meta.items()
-        if k not in ("fault", "fault_error")  # a fault after the prefix is not the branch's
-    }
-    meta.update(turn_events_before(episode.meta, t))  # free-text events of the prefix only
+    payload = {k: v[:t] if k == "entropy" else v for k, v in episode.meta.payload.items()}
+    meta = EpisodeMeta(payload, events=episode.events.prefix(t))
     steps = [copy.copy(s) for s in episode.steps[:t]]
     for s in steps:
         s.columns = dict(s.columns)
@@ -281,7 +279,7 @@ class Forest:
             p.state = state
             h = response_entropy(gen, self.entropy_tokens, self.vocab)
             p.episode.meta.setdefault("entropy", []).append(h)
-            if "fault" in p.episode.meta:
+            if p.episode.events.faulted:
                 p.env = None  # broken: its pool rebuilds it; never lent again
             elif p.done:
                 self.slots.release(p.env)

@@ -140,7 +140,7 @@ class ErrorSearchStrategy:
     def choose(self, paths: Sequence[Path]) -> list[Search]:
         """Searches for the group's failures with the largest entropy rise (ties: order)."""
         failed = [
-            p for p in paths if not p.episode.success and p.t > 0 and "fault" not in p.episode.meta
+            p for p in paths if not p.episode.success and p.t > 0 and not p.episode.events.faulted
         ]
         failed.sort(key=lambda p: -entropy_rise(p.episode))
         return [Search(p, 0, p.t - 1) for p in failed[: self.max_failures]]

@@ -104,7 +104,7 @@ class MCValueStrategy:
             runs = [[forest.branch(p, t, record=False) for _ in range(self.k)] for p, t in chunk]
             forest.play([c for run in runs for c in run])
             for (p, t), run in zip(chunk, runs, strict=True):
-                done = [c for c in run if "fault" not in c.episode.meta]  # env faults: no say
+                done = [c for c in run if not c.episode.events.faulted]  # env faults: no say
                 if done:
                     values[id(p), t] = sum(self._outcome(c.episode, t) for c in done) / len(done)
             forest.discard([c for run in runs for c in run])

@@ -359,6 +359,11 @@ class _Recorder:
         self.policy = policy
         self.last: list[Generation] = []
 
+    @property
+    def eos_id(self) -> int | None:
+        """The policy's: chat prompts splice sampled ids that end with it (``chat_ids``)."""
+        return self.policy.eos_id
+
     def encode(self, text: str) -> list[int]:
         return self.policy.encode(text)
 

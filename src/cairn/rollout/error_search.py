@@ -45,9 +45,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cairn.data.episode import Episode
 from cairn.rollout.branching import Forest, Path, sigmoid
+
+if TYPE_CHECKING:
+    from cairn.rollout import RolloutContext
 
 __all__ = ["ErrorSearchStrategy", "Search", "continuations", "entropy_rise"]
 
@@ -121,7 +125,7 @@ class ErrorSearchStrategy:
         self.budget, self.x_min, self.x_max, self.beta = budget, x_min, x_max, float(beta)
         self.max_failures, self.entropy_tokens = max_failures, entropy_tokens
 
-    def collect(self, ctx, seeds: Sequence[int], group_size: int) -> list[Episode]:
+    def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         if group_size > self.budget:
             raise ValueError(
                 f"error_search: group_size ({group_size}) exceeds the budget ({self.budget}) "

@@ -45,14 +45,15 @@ from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode, Step
 from cairn.data.events import TURN_EVENTS, EndReason
 from cairn.envs import StepResult, TextEnv
-from cairn.policies.hf import Generation, HFPolicy
+from cairn.policies.hf import Generation
 from cairn.rollout import turn
-from cairn.rollout.envpool import EnvFault, owner_of, reset_all, step_all
+from cairn.rollout.envpool import EnvFault, FaultStats, owner_of, reset_all, step_all
 from cairn.rollout.turn import TASK_INFO_KEYS
 
 __all__ = [
     "TASK_INFO_KEYS",
     "TURN_EVENTS",
+    "Policy",
     "RolloutSettings",
     "TurnHook",
     "drop_faulted",
@@ -88,12 +89,39 @@ class RolloutSettings:
     )
 
 
+class Policy(Protocol):
+    """What the turn loop asks of a policy: ``cairn.policies.hf.HFPolicy``, or a wrapper
+    of one that sees each call (the branching strategies' recorder)."""
+
+    @property
+    def eos_id(self) -> int | None:
+        """The end-of-turn id a sampled completion may end with (chat prompts splice it)."""
+        ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 32,
+        stop: Sequence[str] = (),
+        choices: Sequence[Sequence[str] | None] | None = None,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> list[Generation]:
+        """One completion per prompt (``HFPolicy.generate``)."""
+        ...
+
+
 class TurnHook(Protocol):
     """What a strategy adds to a turn of ``play`` (see the module docstring)."""
 
     def after_generate(
         self,
-        policy: HFPolicy,
+        policy: Policy,
         settings: RolloutSettings,
         generator: torch.Generator | None,
         prompt_ids: list[list[int]],
@@ -114,7 +142,7 @@ def tasks_for_groups(seeds: Sequence[int], group_size: int) -> list[tuple[int, i
 
 
 def rollout(
-    policy: HFPolicy,
+    policy: Policy,
     envs: Sequence[TextEnv],
     tasks: Sequence[tuple[int, int]],
     prompt: PromptBuilder,
@@ -130,13 +158,14 @@ def rollout(
         Episode(id=first_episode_id + i, group=g, task=seed) for i, (g, seed) in enumerate(tasks)
     ]
     pool = owner_of(envs[0]) if tasks else None  # before a fault replaces envs[0] there
-    states = reset_all(envs, [seed for _, seed in tasks])
-    for i, (episode, state) in enumerate(zip(episodes, states, strict=True)):
+    states: list[turn.State] = []
+    for episode, state in zip(episodes, reset_all(envs, [seed for _, seed in tasks]), strict=True):
         if isinstance(state, EnvFault):
             end_by_fault(episode, state)
-            states[i] = ("", {})
+            state = ("", {})
         else:
             turn.start(episode, state[1])
+        states.append(state)
     play(policy, envs, episodes, states, prompt, settings, generator, hook=hook)
     return drop_faulted(episodes, pool.faults if pool is not None else None)
 
@@ -147,7 +176,7 @@ def end_by_fault(episode: Episode, fault: EnvFault) -> None:
     episode.truncated, episode.success = True, False
 
 
-def drop_faulted(episodes: list[Episode], stats: Any = None) -> list[Episode]:
+def drop_faulted(episodes: list[Episode], stats: FaultStats | None = None) -> list[Episode]:
     """``episodes`` without those a fault ended, and without the groups that kept fewer
     than 2 of theirs (module docstring). ``stats`` (a pool's ``FaultStats``) counts both."""
     faulted = [e for e in episodes if e.events.faulted]
@@ -171,10 +200,10 @@ def drop_faulted(episodes: list[Episode], stats: Any = None) -> list[Episode]:
 
 
 def play(
-    policy: HFPolicy,
+    policy: Policy,
     envs: Sequence[TextEnv],
     episodes: Sequence[Episode],
-    states: list[tuple[str, dict]],
+    states: list[turn.State],
     prompt: PromptBuilder,
     settings: RolloutSettings,
     generator: torch.Generator | None = None,
@@ -220,7 +249,7 @@ def play(
                 end_by_fault(episodes[i], result)
                 continue
             step = turn.record(episodes[i], states[i], ids, gen, ok, result, settings)
-            if extra is not None:
+            if hook is not None and extra is not None:
                 result = hook.amend(step, result, extra)
             states[i], goes_on = turn.advance(episodes[i], result, settings)
             if goes_on:
@@ -229,7 +258,15 @@ def play(
     return active
 
 
-def _prompts(policy, envs, episodes, states, prompt, settings, active):
+def _prompts(
+    policy: Policy,
+    envs: Sequence[TextEnv],
+    episodes: Sequence[Episode],
+    states: list[turn.State],
+    prompt: PromptBuilder,
+    settings: RolloutSettings,
+    active: list[int],
+) -> tuple[list[int], list[list[int]]]:
     """(episodes still playing, their prompt ids): an episode whose prompt cannot fit in
     the context budget ends there (``turn.turn_prompt``)."""
     kept, ids = [], []

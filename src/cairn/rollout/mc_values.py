@@ -34,9 +34,13 @@ is not the advantage of the env return. ``gamma`` must match the estimator's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cairn.data.episode import Episode
 from cairn.rollout.branching import Forest, Path
+
+if TYPE_CHECKING:
+    from cairn.rollout import RolloutContext
 
 __all__ = ["MCValueStrategy", "realised_values"]
 
@@ -86,7 +90,7 @@ class MCValueStrategy:
         self.gamma = float(gamma)
         self.parallel = _check_int("parallel", parallel, 1)
 
-    def collect(self, ctx, seeds: Sequence[int], group_size: int) -> list[Episode]:
+    def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         forest = Forest(ctx, record=True)
         paths = [forest.root(g, int(s)) for g, s in enumerate(seeds) for _ in range(group_size)]
         forest.play(paths)

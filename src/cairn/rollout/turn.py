@@ -43,6 +43,7 @@ __all__ = [
     "ENV_COLUMNS",
     "TASK_INFO_KEYS",
     "Completion",
+    "State",
     "advance",
     "instruction_for",
     "parse",
@@ -56,6 +57,7 @@ TASK_INFO_KEYS = ("answer", "question", "key_steps")
 #: Step columns an env may report in its step info (IGPO's info gain), kept on the Step.
 ENV_COLUMNS = ("info_gain",)
 
+#: (observation, info): where an episode stands before its next turn.
 State = tuple[str, dict[str, Any]]
 
 

@@ -147,3 +147,15 @@ def test_turn_stats_counts_context_cuts_and_overflows_by_the_typed_events():
     # 3 turns dropped old turns (2 + 1), one episode ended by an overflow; 1 format error in 9
     assert stats["r/context_truncated"] == 3.0 and stats["r/context_overflows"] == 1.0
     assert stats["r/format_errors"] == 1.0 and stats["r/format_error_rate"] == 1 / 9
+
+
+def test_an_episode_with_events_pickles_and_copies_whole():
+    # the meta view must not tie a copy to its original (pickled by Ray or a process pool)
+    import copy
+    import pickle
+
+    episode = Episode(id=0, group=0, task=0, meta=dict(OLD_META))
+    for twin in (pickle.loads(pickle.dumps(episode)), copy.deepcopy(episode)):
+        assert twin == episode and twin.meta == OLD_META
+        twin.events.add_format_error(9)
+        assert episode.events.format_errors == [1, 4]

@@ -289,3 +289,24 @@ def test_a_branch_keeps_only_its_prefix_turn_events(chat_tok):
     assert branch.meta["context_dropped"] == [[1, 1]]
     branch.meta["format_errors"].append(1)  # the branch's own events leave the parent alone
     assert parent.meta["format_errors"] == [0, 3]
+
+
+def test_branching_paths_get_the_chat_prompts_of_the_turn_loop(chat_tok):
+    """The forest played through a recorder that hid the policy's eos id, so in chat style a
+    tree's later prompts repeated the end-of-turn text after every sampled eos: prompts
+    the policy never sees from the turn loop (or in verl)."""
+    from cairn.rollout import EnvPool, RolloutContext
+    from cairn.rollout.branching import Forest
+
+    up = chat_tok("<action>up</action>", add_special_tokens=False)["input_ids"]
+    script = [[[*up, chat_tok.eos_token_id]]]
+    settings = RolloutSettings(max_turns=3, action_format="tagged")
+    (want,) = _play(Scripted(chat_tok, script), [_sokoban()], _chat(chat_tok), settings)
+    policy = Scripted(chat_tok, script)
+    policy.model = None  # the forest reads the vocabulary size from the tokenizer then
+    ctx = RolloutContext(policy, EnvPool(_sokoban), _chat(chat_tok), settings)
+    forest = Forest(ctx)
+    path = forest.root(0, 0)
+    forest.play([path])
+    assert len(want.steps) == 3 and want.steps[1].prompt_ids[-1] != chat_tok.eos_token_id
+    assert [s.prompt_ids for s in path.episode.steps] == [s.prompt_ids for s in want.steps]

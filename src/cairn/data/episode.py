@@ -1,8 +1,10 @@
 """Episodes and steps as the rollout produces them, and their conversion to the step table.
 
 A `Step` is one prompt -> action sample with what the env answered; an `Episode` is one
-multi-turn trajectory. `to_step_batch` flattens episodes into the `StepBatch` every
-advantage estimator reads; `to_records` gives the JSON form stored in the run directory.
+multi-turn trajectory, with its typed events (``Episode.events``, ``cairn.data.events``),
+shown under their saved keys next to free-form payload in ``Episode.meta``.
+`to_step_batch` flattens episodes into the `StepBatch` every advantage estimator reads;
+`to_records` gives the JSON form stored in the run directory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from cairn.data.events import EpisodeEvents, EpisodeMeta
 from cairn.data.step_batch import StepBatch
 
 __all__ = ["SOURCE_FLAGS", "Episode", "Source", "Step", "to_records", "to_step_batch"]
@@ -75,7 +78,11 @@ class Step:
 
 @dataclass
 class Episode:
-    """One trajectory of a task instance; episodes of one instance share ``group``."""
+    """One trajectory of a task instance; episodes of one instance share ``group``.
+
+    ``meta``: an ``EpisodeMeta`` (a dict given is wrapped in one): free-form payload and the
+    typed ``events`` under their saved keys (``cairn.data.events``).
+    """
 
     id: int
     group: int
@@ -86,7 +93,16 @@ class Episode:
     truncated: bool = False
     source: int = Source.ON_POLICY  # a Source
     path: tuple[int, ...] = ()
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: EpisodeMeta = field(default_factory=EpisodeMeta)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.meta, EpisodeMeta):
+            self.meta = EpisodeMeta(self.meta)
+
+    @property
+    def events(self) -> EpisodeEvents:
+        """What happened to the episode besides its steps (end, fault, format errors, ...)."""
+        return self.meta.events
 
     @property
     def ret(self) -> float:
@@ -133,6 +149,7 @@ def to_records(episodes: Sequence[Episode], **per_step: np.ndarray) -> list[dict
     out, row = [], 0
     for e in episodes:
         rec = {f.name: getattr(e, f.name) for f in fields(e) if f.name != "steps"}
+        rec["meta"] = e.meta.to_dict()  # the events under their saved keys (JSON-ready)
         rec["return"] = e.ret
         steps = []
         for s in e.steps:

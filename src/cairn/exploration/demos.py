@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from cairn.agent import ContextOverflow, PromptBuilder, Turn, fit_prompt, format_completion
 from cairn.data.episode import Episode, Source, Step
+from cairn.data.events import EndReason, EpisodeEnd
 from cairn.envs import TextEnv
 from cairn.exploration.registries import SOURCES
 from cairn.rollout.envpool import EnvFault
@@ -176,7 +177,7 @@ def demo_episode(
                 prompt, policy.encode, eos, instruction, past, obs, settings.context_budget
             )
         except ContextOverflow as err:
-            e.meta["end_reason"] = f"context overflow at turn {len(e.steps)}: {err}"
+            e.events.end = EpisodeEnd(EndReason.CONTEXT_OVERFLOW, len(e.steps), str(err))
             e.truncated = True
             break
         choices = info.get("admissible") if settings.restrict_to_admissible else None
@@ -246,7 +247,7 @@ def mix_demos(
                 env = on_fault()
                 continue
             if demo is not None and (demo.success or not only_successful):
-                demo.meta["demo"] = getattr(source, "name", "demo")
+                demo.events.demo = getattr(source, "name", "demo")
                 demos.append(demo)
                 next_id += 1
     return demos

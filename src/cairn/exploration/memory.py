@@ -293,8 +293,8 @@ def apply_mode(
     """Mark memory-guided episodes after a rollout with ``TipPromptBuilder``.
 
     Every episode of a ``tips`` / ``off_policy`` iteration gets ``source = 2`` and
-    ``meta["memory_mode"]``; an episode that was shown tips lists them in
-    ``meta["tips"]``; in ``off_policy`` mode each step sampled with tips trains on the
+    ``events.memory_mode``; an episode that was shown tips lists them in
+    ``events.tips``; in ``off_policy`` mode each step sampled with tips trains on the
     prompt without them (``train_prompt_ids``). ``shown`` / ``shown_ids``: the builder's
     records of flat and chat prompts. Returns the number of steps shown tips.
     """
@@ -308,7 +308,7 @@ def apply_mode(
     }
     by_ids.update(shown_ids or {})
     for e in episodes:
-        e.source, e.meta["memory_mode"] = SOURCE_MEMORY, mode
+        e.source, e.events.memory_mode = SOURCE_MEMORY, mode
         seen: list[str] = []
         for s in e.steps:
             hit = by_ids.get(tuple(s.prompt_ids))
@@ -321,5 +321,5 @@ def apply_mode(
                 s.train_prompt_ids = encode(plain) if isinstance(plain, str) else list(plain)
                 s.flags["tips_stripped"] = True  # the loss's turn mask (LossConfig)
         if seen:
-            e.meta["tips"] = seen
+            e.events.tips = seen
     return tipped

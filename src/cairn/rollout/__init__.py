@@ -28,6 +28,7 @@ from cairn.policies.hf import HFPolicy
 from cairn.rollout.envpool import EnvFactory, EnvPool, WorkerPool, make_env_pool
 from cairn.rollout.group import GroupStrategy
 from cairn.rollout.loop import (
+    Policy,
     RolloutSettings,
     TurnHook,
     play,
@@ -41,6 +42,7 @@ __all__ = [
     "EnvFactory",
     "EnvPool",
     "GroupStrategy",
+    "Policy",
     "RolloutContext",
     "RolloutSettings",
     "Strategy",

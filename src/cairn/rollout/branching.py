@@ -35,19 +35,25 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.data.episode import Episode
+from cairn.data.events import EpisodeMeta
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation
 from cairn.rollout.envpool import (
     EnvFault,
     EnvPool,
+    WorkerPool,
     reset_all,
     restore_guarded,
     snapshot_guarded,
 )
-from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, turn_events_before
+from cairn.rollout.loop import TASK_INFO_KEYS, Policy, drop_faulted, end_by_fault, play
+from cairn.rollout.turn import State
+
+if TYPE_CHECKING:
+    from cairn.rollout import RolloutContext
 
 __all__ = [
     "EnvSlots",
@@ -72,16 +78,13 @@ def clone_prefix(episode: Episode, t: int) -> Episode:
     """A new episode holding copies of ``episode``'s first ``t`` steps (id -1, not ended).
 
     Step objects are copied (their ``columns`` dicts too, so labelling one copy leaves the
-    other alone); token lists are shared, they are never modified.
+    other alone); token lists are shared, they are never modified. The events are the
+    prefix's (``EpisodeEvents.prefix``); the per-step ``entropy`` payload is cut at ``t``.
     """
     if not 0 <= t <= len(episode.steps):
         raise ValueError(f"branch point t={t} outside 0..{len(episode.steps)} (episode length)")
-    meta = {
-        k: v[:t] if k == "entropy" else v
-        for k, v in episode.meta.items()
-        if k not in ("fault", "fault_error")  # a fault after the prefix is not the branch's
-    }
-    meta.update(turn_events_before(episode.meta, t))  # free-text events of the prefix only
+    payload = {k: v[:t] if k == "entropy" else v for k, v in episode.meta.payload.items()}
+    meta = EpisodeMeta(payload, events=episode.events.prefix(t))
     steps = [copy.copy(s) for s in episode.steps[:t]]
     for s in steps:
         s.columns = dict(s.columns)
@@ -110,7 +113,7 @@ class EnvSlots:
     (frozenlake) cannot ``restore`` a snapshot before their first ``reset``.
     """
 
-    def __init__(self, pool: EnvPool):
+    def __init__(self, pool: EnvPool | WorkerPool):
         self.pool = pool
         self.free: list[TextEnv] = []
         self.used = 0
@@ -141,7 +144,7 @@ class Path:
 
     episode: Episode
     env: TextEnv | None
-    state: tuple[str, dict[str, Any]]
+    state: State
     parent: Path | None = None
     t0: int = 0
     k: int = 0
@@ -158,6 +161,13 @@ class Path:
         """Steps taken so far (the index of the next step)."""
         return len(self.episode.steps)
 
+    @property
+    def live_env(self) -> TextEnv:
+        """The env of a path still playing (a path gives its env up when it ends)."""
+        if self.env is None:
+            raise RuntimeError(f"episode {self.episode.id} has no env left to play on: it ended")
+        return self.env
+
     def anchors(self) -> list[Hashable]:
         """Anchors of the states visited before each step, then the current one."""
         info = self.state[1]
@@ -172,7 +182,7 @@ class Forest:
     of each response ``response_entropy`` averages.
     """
 
-    def __init__(self, ctx: Any, record: bool = False, entropy_tokens: int = 20):
+    def __init__(self, ctx: RolloutContext, record: bool = False, entropy_tokens: int = 20):
         self.ctx = ctx
         self.slots = EnvSlots(ctx.envs)
         self.record = record
@@ -220,6 +230,8 @@ class Forest:
             raise ValueError(f"cannot branch after step {t - 1}: the episode ended there")
         else:
             raise ValueError(f"no env state recorded before step {t}; use Forest(record=True)")
+        env: TextEnv | None
+        state: State | EnvFault
         if isinstance(snap, EnvFault):  # the parent's env failed: no state to start from
             env, state = None, snap
         else:
@@ -275,17 +287,16 @@ class Forest:
         recorder = _Recorder(ctx.policy)
         states = [p.state for p in live]
         episodes = [p.episode for p in live]
-        envs = [p.env for p in live]
+        envs = [p.live_env for p in live]
         play(recorder, envs, episodes, states, ctx.prompt, ctx.settings, ctx.generator, turns=1)
         for p, state, gen in zip(live, states, recorder.last, strict=True):
             p.state = state
             h = response_entropy(gen, self.entropy_tokens, self.vocab)
             p.episode.meta.setdefault("entropy", []).append(h)
-            if "fault" in p.episode.meta:
+            if p.episode.events.faulted:
                 p.env = None  # broken: its pool rebuilds it; never lent again
             elif p.done:
-                self.slots.release(p.env)
-                p.env = None
+                self.release(p)
 
     def release(self, path: Path) -> None:
         """Stop ``path`` where it is (its env goes back to the pool)."""
@@ -357,9 +368,14 @@ def label_paths(paths: Sequence[Path]) -> None:
 class _Recorder:
     """The policy as ``play`` sees it, keeping the generations of the last call."""
 
-    def __init__(self, policy: Any):
+    def __init__(self, policy: Policy):
         self.policy = policy
         self.last: list[Generation] = []
+
+    @property
+    def eos_id(self) -> int | None:
+        """The policy's: chat prompts splice sampled ids that end with it (``chat_ids``)."""
+        return getattr(self.policy, "eos_id", None)  # test stand-ins may have none
 
     def encode(self, text: str) -> list[int]:
         return self.policy.encode(text)

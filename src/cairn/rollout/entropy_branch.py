@@ -29,11 +29,15 @@ each step's H_t. With ``tau >= 1`` and ``beta = 0`` every decision branches; wit
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from cairn.data.episode import Episode
 from cairn.rollout.branching import Forest, Path
+
+if TYPE_CHECKING:
+    from cairn.rollout import RolloutContext
 
 __all__ = ["EntropyBranchStrategy"]
 
@@ -76,7 +80,7 @@ class EntropyBranchStrategy:
         self.tau = _number("tau", tau)
         self.entropy_tokens = entropy_tokens
 
-    def collect(self, ctx, seeds: Sequence[int], group_size: int) -> list[Episode]:
+    def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         n = self.initial if self.initial is not None else max(1, group_size // 2)
         if n > group_size:
             raise ValueError(f"entropy_branch: initial ({n}) exceeds group_size ({group_size})")

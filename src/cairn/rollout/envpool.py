@@ -44,7 +44,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from cairn._env_host import EnvFactory, EnvFault, EnvFaultRateError, EnvHost, serve
 from cairn.envs import StepResult, TextEnv
@@ -158,10 +158,10 @@ class FaultStats:
         return out
 
 
-_OWNERS: dict[int, Any] = {}  # id(in-process env) -> the EnvPool that built it
+_OWNERS: dict[int, EnvPool] = {}  # id(in-process env) -> the EnvPool that built it
 
 
-def owner_of(env: Any) -> Any:
+def owner_of(env: Any) -> EnvPool | WorkerPool | None:
     """The pool that built ``env`` (looking through wrappers' ``_env``), else None."""
     while env is not None:
         pool = env.pool if isinstance(env, RemoteEnv) else _OWNERS.get(id(env))
@@ -268,9 +268,8 @@ class EnvPool:
         self.faults = FaultStats(max_error_rate)
 
     def _build(self) -> Any:
-        env = self.factory()
-        if self.timeout_s is not None:
-            env = TimedEnv(env, self.timeout_s)
+        plain = self.factory()
+        env = plain if self.timeout_s is None else TimedEnv(plain, self.timeout_s)
         _OWNERS[id(env)] = self
         return env
 
@@ -325,8 +324,9 @@ class _RayBackend:
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         self.ray, self.factory, self.timeout_s = ray, factory, timeout_s
-        self.actor = ray.remote(num_cpus=0)(EnvHost)  # env steps are light: reserve no cores
-        self.hosts = [self.actor.remote(factory) for _ in range(workers)]
+        # Ray's stubs type neither ``.remote`` on a class made remote nor on its methods.
+        self.actor: Any = ray.remote(num_cpus=0)(EnvHost)  # env steps are light: no cores
+        self.hosts: list[Any] = [self.actor.remote(factory) for _ in range(workers)]
         ray.get([h.ping.remote() for h in self.hosts])  # started before any call is timed
         self.generations = [0] * workers
         self.pending: list[deque[_RayHandle]] = [deque() for _ in range(workers)]
@@ -406,7 +406,8 @@ class _RayBackend:
 
 class _RayHandle:
     def __init__(self, backend: _RayBackend, ref: Any):
-        self.backend, self.ref, self.done, self.ok, self.value = backend, ref, False, True, None
+        self.backend, self.ref, self.done, self.ok = backend, ref, False, True
+        self.value: Any = None  # the answer, or the exception to raise (ok False)
 
     def result(self) -> Any:
         self.backend.wait(self)
@@ -473,7 +474,8 @@ class _Pipe:
 
 class _PipeHandle:
     def __init__(self, backend: _ProcessBackend):
-        self.backend, self.done, self.ok, self.value = backend, False, True, None
+        self.backend, self.done, self.ok = backend, False, True
+        self.value: Any = None  # the answer, or the exception to raise (ok False)
 
     def result(self) -> Any:
         self.backend.wait(self)
@@ -682,12 +684,13 @@ class WorkerPool:
         self.faults = FaultStats(max_error_rate)
         self._worker_restarts = 0
 
-    def take(self, n: int) -> list[RemoteEnv]:
+    def take(self, n: int) -> list[TextEnv]:
+        """The first ``n`` envs (``RemoteEnv`` proxies: they answer every ``TextEnv`` call)."""
         self._count_worker_restarts()
         while len(self.envs) < n:
             slot = len(self.envs)
             self.envs.append(RemoteEnv(self, slot % self.workers, slot))
-        return self.envs[:n]
+        return cast("list[TextEnv]", self.envs[:n])
 
     def rebuild(self, env: RemoteEnv) -> None:
         """After a fault: the env's worker builds a new env in its slot (a replaced worker

@@ -45,9 +45,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cairn.data.episode import Episode
 from cairn.rollout.branching import Forest, Path, sigmoid
+
+if TYPE_CHECKING:
+    from cairn.rollout import RolloutContext
 
 __all__ = ["ErrorSearchStrategy", "Search", "continuations", "entropy_rise"]
 
@@ -121,7 +125,7 @@ class ErrorSearchStrategy:
         self.budget, self.x_min, self.x_max, self.beta = budget, x_min, x_max, float(beta)
         self.max_failures, self.entropy_tokens = max_failures, entropy_tokens
 
-    def collect(self, ctx, seeds: Sequence[int], group_size: int) -> list[Episode]:
+    def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         if group_size > self.budget:
             raise ValueError(
                 f"error_search: group_size ({group_size}) exceeds the budget ({self.budget}) "
@@ -140,7 +144,7 @@ class ErrorSearchStrategy:
     def choose(self, paths: Sequence[Path]) -> list[Search]:
         """Searches for the group's failures with the largest entropy rise (ties: order)."""
         failed = [
-            p for p in paths if not p.episode.success and p.t > 0 and "fault" not in p.episode.meta
+            p for p in paths if not p.episode.success and p.t > 0 and not p.episode.events.faulted
         ]
         failed.sort(key=lambda p: -entropy_rise(p.episode))
         return [Search(p, 0, p.t - 1) for p in failed[: self.max_failures]]

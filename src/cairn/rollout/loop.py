@@ -13,7 +13,7 @@ pays nothing for it.
 Env faults cost one episode, not the run. An env that raises in ``reset`` or ``step``, runs
 past ``rollout.env_timeout_s`` or whose worker dies answers with an ``EnvFault``
 (``cairn.rollout.envpool``, where its pool counts it and rebuilds the env): the loop ends
-that episode there (``meta["fault"]``: "error" or "timeout", ``truncated``) and
+that episode there (``events.fault``: "error" or "timeout", ``truncated``) and
 ``drop_faulted`` removes it from the rollout's output. A group that lost an episode keeps
 the others if at least 2 remain, else it is dropped whole: the group-relative estimators
 (GRPO, GiGPO, RLOO, ...) compare each episode with the rest of its group, which is still
@@ -24,11 +24,11 @@ The turn itself (prompt, parse, record, advance) is ``cairn.rollout.turn``'s, th
 functions verl's agent loop calls, so every ``agent.*`` key means the same in both. Free
 text is counted, never silently fixed (``turn_stats``): a completion with no parsable
 action steps the env with an empty action, is recorded invalid and penalised (its turn in
-``meta["format_errors"]``); one cut at ``max_new_tokens`` is in
-``meta["truncated_actions"]``; a well-formed one may earn ``settings.format_reward``. A
+``events.format_errors``, ``cairn.data.events``); one cut at ``max_new_tokens`` is in
+``events.truncated_actions``; a well-formed one may earn ``settings.format_reward``. A
 turn whose prompt dropped old turns to fit ``settings.context_budget`` is in
-``meta["context_dropped"]`` as ``[t, turns dropped]``; one that cannot fit even then ends
-its episode, failed and truncated, with the reason in ``meta["end_reason"]``.
+``events.context_dropped``; one that cannot fit even then ends its episode, failed and
+truncated, with ``events.end`` (``EndReason.CONTEXT_OVERFLOW``, the turn, the error).
 """
 
 from __future__ import annotations
@@ -43,14 +43,17 @@ import torch
 from cairn._env_host import EnvFaultRateError
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode, Step
+from cairn.data.events import TURN_EVENTS, EndReason
 from cairn.envs import StepResult, TextEnv
-from cairn.policies.hf import Generation, HFPolicy
+from cairn.policies.hf import Generation
 from cairn.rollout import turn
-from cairn.rollout.envpool import EnvFault, owner_of, reset_all, step_all
+from cairn.rollout.envpool import EnvFault, FaultStats, owner_of, reset_all, step_all
 from cairn.rollout.turn import TASK_INFO_KEYS
 
 __all__ = [
     "TASK_INFO_KEYS",
+    "TURN_EVENTS",
+    "Policy",
     "RolloutSettings",
     "TurnHook",
     "drop_faulted",
@@ -58,13 +61,8 @@ __all__ = [
     "play",
     "rollout",
     "tasks_for_groups",
-    "turn_events_before",
     "turn_stats",
 ]
-
-#: Per-episode lists of the free-text path's events by turn (module docstring): turn
-#: indices, or ``[t, turns dropped]`` for ``context_dropped``; counted by ``turn_stats``.
-TURN_EVENTS = ("format_errors", "truncated_actions", "context_dropped")
 
 
 @dataclass(frozen=True)
@@ -92,12 +90,39 @@ class RolloutSettings:
     response_prefix: str = ""  # agent.response_prefix: opens every reply, in the prompt
 
 
+class Policy(Protocol):
+    """What the turn loop asks of a policy: ``cairn.policies.hf.HFPolicy``, or a wrapper
+    of one that sees each call (the branching strategies' recorder)."""
+
+    @property
+    def eos_id(self) -> int | None:
+        """The end-of-turn id a sampled completion may end with (chat prompts splice it)."""
+        ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 32,
+        stop: Sequence[str] = (),
+        choices: Sequence[Sequence[str] | None] | None = None,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> list[Generation]:
+        """One completion per prompt (``HFPolicy.generate``)."""
+        ...
+
+
 class TurnHook(Protocol):
     """What a strategy adds to a turn of ``play`` (see the module docstring)."""
 
     def after_generate(
         self,
-        policy: HFPolicy,
+        policy: Policy,
         settings: RolloutSettings,
         generator: torch.Generator | None,
         prompt_ids: list[list[int]],
@@ -118,7 +143,7 @@ def tasks_for_groups(seeds: Sequence[int], group_size: int) -> list[tuple[int, i
 
 
 def rollout(
-    policy: HFPolicy,
+    policy: Policy,
     envs: Sequence[TextEnv],
     tasks: Sequence[tuple[int, int]],
     prompt: PromptBuilder,
@@ -134,52 +159,52 @@ def rollout(
         Episode(id=first_episode_id + i, group=g, task=seed) for i, (g, seed) in enumerate(tasks)
     ]
     pool = owner_of(envs[0]) if tasks else None  # before a fault replaces envs[0] there
-    states = reset_all(envs, [seed for _, seed in tasks])
-    for i, (episode, state) in enumerate(zip(episodes, states, strict=True)):
+    states: list[turn.State] = []
+    for episode, state in zip(episodes, reset_all(envs, [seed for _, seed in tasks]), strict=True):
         if isinstance(state, EnvFault):
             end_by_fault(episode, state)
-            states[i] = ("", {})
+            state = ("", {})
         else:
             turn.start(episode, state[1])
+        states.append(state)
     play(policy, envs, episodes, states, prompt, settings, generator, hook=hook)
     return drop_faulted(episodes, pool.faults if pool is not None else None)
 
 
 def end_by_fault(episode: Episode, fault: EnvFault) -> None:
     """End ``episode`` where it is: an infrastructure failure, not the agent's."""
-    episode.meta["fault"] = fault.kind
-    episode.meta["fault_error"] = str(fault)
+    episode.events.fault, episode.events.fault_error = fault.kind, str(fault)
     episode.truncated, episode.success = True, False
 
 
-def drop_faulted(episodes: list[Episode], stats: Any = None) -> list[Episode]:
+def drop_faulted(episodes: list[Episode], stats: FaultStats | None = None) -> list[Episode]:
     """``episodes`` without those a fault ended, and without the groups that kept fewer
     than 2 of theirs (module docstring). ``stats`` (a pool's ``FaultStats``) counts both."""
-    faulted = [e for e in episodes if "fault" in e.meta]
+    faulted = [e for e in episodes if e.events.faulted]
     if stats is not None:
         stats.episodes += len(episodes)
         stats.lost += len(faulted)
     if not faulted:
         return episodes
     hit = {e.group for e in faulted}
-    kept = [e for e in episodes if "fault" not in e.meta]
+    kept = [e for e in episodes if not e.events.faulted]
     left = Counter(e.group for e in kept if e.group in hit)
     kept = [e for e in kept if e.group not in hit or left[e.group] >= 2]
     if not kept:  # nothing to learn from: a clear stop, not an empty update's traceback
         raise EnvFaultRateError(
             f"env faults left no group of {len({e.group for e in episodes})} with 2 episodes "
             f"({len(faulted)} of {len(episodes)} episodes ended by an env "
-            f"{faulted[-1].meta['fault']}); fix the env, then resume from the last "
+            f"{faulted[-1].events.fault}); fix the env, then resume from the last "
             "checkpoint (--resume)"
         )
     return kept
 
 
 def play(
-    policy: HFPolicy,
+    policy: Policy,
     envs: Sequence[TextEnv],
     episodes: Sequence[Episode],
-    states: list[tuple[str, dict]],
+    states: list[turn.State],
     prompt: PromptBuilder,
     settings: RolloutSettings,
     generator: torch.Generator | None = None,
@@ -225,7 +250,7 @@ def play(
                 end_by_fault(episodes[i], result)
                 continue
             step = turn.record(episodes[i], states[i], ids, gen, ok, result, settings)
-            if extra is not None:
+            if hook is not None and extra is not None:
                 result = hook.amend(step, result, extra)
             states[i], goes_on = turn.advance(episodes[i], result, settings)
             if goes_on:
@@ -234,7 +259,15 @@ def play(
     return active
 
 
-def _prompts(policy, envs, episodes, states, prompt, settings, active):
+def _prompts(
+    policy: Policy,
+    envs: Sequence[TextEnv],
+    episodes: Sequence[Episode],
+    states: list[turn.State],
+    prompt: PromptBuilder,
+    settings: RolloutSettings,
+    active: list[int],
+) -> tuple[list[int], list[list[int]]]:
     """(episodes still playing, their prompt ids): an episode whose prompt cannot fit in
     the context budget ends there (``turn.turn_prompt``)."""
     kept, ids = [], []
@@ -255,19 +288,15 @@ def turn_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
     ``context_overflows``: episodes ended by one that could not fit), the format-error rate
     per step and the mean completion length in tokens."""
     steps = [s for e in episodes for s in e.steps]
-    count = lambda key: float(sum(len(e.meta.get(key, ())) for e in episodes))  # noqa: E731
-    out = {f"{prefix}/{k}": count(k) for k in ("format_errors", "truncated_actions")}
-    out[f"{prefix}/context_truncated"] = count("context_dropped")
-    out[f"{prefix}/context_overflows"] = float(
-        sum("end_reason" in e.meta and "context" in e.meta["end_reason"] for e in episodes)
-    )
+    events = [e.events for e in episodes]
+    out = {
+        f"{prefix}/format_errors": float(sum(len(x.format_errors or ()) for x in events)),
+        f"{prefix}/truncated_actions": float(sum(len(x.truncated_actions or ()) for x in events)),
+        f"{prefix}/context_truncated": float(sum(len(x.context_dropped or ()) for x in events)),
+        f"{prefix}/context_overflows": float(
+            sum(x.end_reason is EndReason.CONTEXT_OVERFLOW for x in events)
+        ),
+    }
     out[f"{prefix}/format_error_rate"] = out[f"{prefix}/format_errors"] / max(1, len(steps))
     out[f"{prefix}/completion_tokens"] = sum(len(s.action_ids) for s in steps) / max(1, len(steps))
     return out
-
-
-def turn_events_before(meta: dict[str, Any], t: int) -> dict[str, list]:
-    """Fresh copies of ``meta``'s turn-event lists holding only turns before ``t`` (for an
-    episode that branches off after its first ``t`` steps)."""
-    first = lambda x: x[0] if isinstance(x, list) else x  # noqa: E731
-    return {k: [x for x in meta[k] if first(x) < t] for k in TURN_EVENTS if k in meta}

@@ -34,9 +34,13 @@ is not the advantage of the env return. ``gamma`` must match the estimator's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cairn.data.episode import Episode
 from cairn.rollout.branching import Forest, Path
+
+if TYPE_CHECKING:
+    from cairn.rollout import RolloutContext
 
 __all__ = ["MCValueStrategy", "realised_values"]
 
@@ -86,7 +90,7 @@ class MCValueStrategy:
         self.gamma = float(gamma)
         self.parallel = _check_int("parallel", parallel, 1)
 
-    def collect(self, ctx, seeds: Sequence[int], group_size: int) -> list[Episode]:
+    def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         forest = Forest(ctx, record=True)
         paths = [forest.root(g, int(s)) for g, s in enumerate(seeds) for _ in range(group_size)]
         forest.play(paths)
@@ -104,7 +108,7 @@ class MCValueStrategy:
             runs = [[forest.branch(p, t, record=False) for _ in range(self.k)] for p, t in chunk]
             forest.play([c for run in runs for c in run])
             for (p, t), run in zip(chunk, runs, strict=True):
-                done = [c for c in run if "fault" not in c.episode.meta]  # env faults: no say
+                done = [c for c in run if not c.episode.events.faulted]  # env faults: no say
                 if done:
                     values[id(p), t] = sum(self._outcome(c.episode, t) for c in done) / len(done)
             forest.discard([c for run in runs for c in run])

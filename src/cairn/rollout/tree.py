@@ -45,11 +45,15 @@ its first segment and the fills are further samples from the reset state.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from cairn.data.episode import Episode
 from cairn.rollout.branching import Forest, Path
+
+if TYPE_CHECKING:
+    from cairn.rollout import RolloutContext
 
 __all__ = ["TreeStrategy"]
 
@@ -94,7 +98,7 @@ class TreeStrategy:
             raise ValueError(f"tree option fill must be one of {_FILL}, got {fill!r}")
         self.fill = fill
 
-    def collect(self, ctx, seeds: Sequence[int], group_size: int) -> list[Episode]:
+    def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         if self.roots > group_size:
             raise ValueError(f"tree: roots ({self.roots}) exceeds group_size ({group_size})")
         forest = Forest(ctx)

@@ -6,8 +6,8 @@ both. A turn, in order:
     start        (once) the reset info's task keys (``TASK_INFO_KEYS``) onto the episode
     turn_prompt  the prompt ids: ``fit_prompt`` with ``instruction_for``'s instruction
                  within ``settings.context_budget`` (old turns dropped to fit are listed in
-                 ``meta["context_dropped"]`` as ``[t, turns dropped]``); a prompt that cannot
-                 fit ends the episode, failed and truncated (``meta["end_reason"]``): None
+                 ``events.context_dropped``); a prompt that cannot fit ends the episode,
+                 failed and truncated (``events.end``: a context overflow): None
     [generate]   by the caller: batched in ``play``, one request at a time in verl
     parse        the completion's action (``action_pattern``, else ``action_format``); None
                  when it has none, and the env then steps with the empty action
@@ -15,8 +15,8 @@ both. A turn, in order:
     record       the Step of the applied action: the env's reward and validity, the
                  invalid penalty, env-reported columns (``ENV_COLUMNS``: IGPO's info gain);
                  a completion cut at ``max_new_tokens`` is listed in
-                 ``meta["truncated_actions"]``, one without an action in
-                 ``meta["format_errors"]`` (invalid, penalised), a well-formed one earns
+                 ``events.truncated_actions``, one without an action in
+                 ``events.format_errors`` (invalid, penalised), a well-formed one earns
                  ``format_reward`` (``Step.shaped["format"]``)
     advance      the env's answer becomes the state; the episode ends where the env ends it
                  or at ``max_turns`` (then truncated), with the env's ``success``
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from cairn.agent import ContextOverflow, Turn, describe_format, fit_prompt, parse_action
 from cairn.data.episode import Episode, Step
+from cairn.data.events import EndReason, EpisodeEnd
 
 if TYPE_CHECKING:
     from cairn.envs import StepResult, TextEnv
@@ -42,6 +43,7 @@ __all__ = [
     "ENV_COLUMNS",
     "TASK_INFO_KEYS",
     "Completion",
+    "State",
     "advance",
     "instruction_for",
     "parse",
@@ -55,6 +57,7 @@ TASK_INFO_KEYS = ("answer", "question", "key_steps")
 #: Step columns an env may report in its step info (IGPO's info gain), kept on the Step.
 ENV_COLUMNS = ("info_gain",)
 
+#: (observation, info): where an episode stands before its next turn.
 State = tuple[str, dict[str, Any]]
 
 
@@ -104,11 +107,11 @@ def turn_prompt(
             prompt, encode, eos_id, instruction, past, observation, settings.context_budget
         )
     except ContextOverflow as err:
-        episode.meta["end_reason"] = f"context overflow at turn {len(episode.steps)}: {err}"
+        episode.events.end = EpisodeEnd(EndReason.CONTEXT_OVERFLOW, len(episode.steps), str(err))
         episode.truncated, episode.success = True, False
         return None
     if fitted.dropped:
-        episode.meta.setdefault("context_dropped", []).append([len(episode.steps), fitted.dropped])
+        episode.events.add_context_cut(len(episode.steps), fitted.dropped)
     return fitted.ids
 
 
@@ -151,9 +154,9 @@ def record(
     )
     episode.steps.append(step)
     if gen.finish == "length":
-        episode.meta.setdefault("truncated_actions", []).append(step.t)
+        episode.events.add_truncated_action(step.t)
     if parsed is None:
-        episode.meta.setdefault("format_errors", []).append(step.t)
+        episode.events.add_format_error(step.t)
         step.valid, step.penalty = False, settings.invalid_penalty
     elif settings.format_reward:
         step.shaped["format"] = settings.format_reward

@@ -64,7 +64,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def moves(episode: Episode) -> tuple[str, ...]:
     """The env actions of an episode; an SGE strategy (step 0 when the episode has one) is
     a plan, not a move, so two episodes with the same moves are one solution."""
-    steps = episode.steps[1:] if "strategy" in episode.meta else episode.steps
+    steps = episode.steps[1:] if episode.events.strategy is not None else episode.steps
     return tuple(s.action for s in steps)
 
 

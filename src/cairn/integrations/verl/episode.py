@@ -122,7 +122,7 @@ async def play_episode(
 ) -> tuple[Episode, TurnTokens]:
     """Play one episode of ``env`` from ``seed`` (module docstring); raises EnvFailure
     when the env raises. An episode whose prompt outgrows ``settings.context_budget`` ends
-    there (``meta["end_reason"]``), with no step when it was the first prompt."""
+    there (``events.end``), with no step when it was the first prompt."""
     obs, info = await _env_call(env.reset, in_thread=env_in_thread, seed=seed)
     episode = Episode(id=episode_id, group=group, task=seed)
     turn.start(episode, info)

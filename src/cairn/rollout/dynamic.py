@@ -66,10 +66,10 @@ class DynamicSampling:
 
     def collect(self, ctx: Any, seeds: Sequence[int], group_size: int) -> list[Episode]:
         self.sampled = self.dropped = 0
-        want, kept = len(seeds), []
+        want, kept = len(seeds), list[Episode]()
         for r in range(self.max_rounds if self.enabled else 1):
             if r:
-                seeds = self.draw_seeds(want - len({e.group for e in kept}))
+                seeds = list(self.draw_seeds(want - len({e.group for e in kept})))
             start = ctx.first_episode_id + self.sampled
             new = self.inner.collect(replace(ctx, first_episode_id=start), seeds, group_size)
             for e in new:  # group ids unique across rounds

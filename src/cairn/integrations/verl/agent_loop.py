@@ -99,7 +99,7 @@ class CairnAgentLoop(AgentLoopBase):
             return [failed_output(sent, self.tokenizer, str(err), timing, with_lp)]
         _give_back(name, options_json, env)
         if not episode.steps:  # its first prompt outgrew rollout.prompt_length
-            reason = episode.meta.get("end_reason", "no step")
+            reason = str(episode.events.end or "no step")
             return [failed_output(sent, self.tokenizer, reason, timing, with_lp)]
         for step, ids in zip(episode.steps, sent, strict=True):
             step.prompt_ids = ids  # the (possibly left-truncated) ids the server saw

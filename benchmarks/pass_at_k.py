@@ -3,7 +3,7 @@
 SGE (arXiv 2603.02045) samples a short strategy before acting, at a higher temperature
 than the actions, so that parallel rollouts differ in plan; the claim is more diverse
 exploration and a better pass@k at the same number of samples. Both arms are the
-``sokoban_sge`` preset (GRPO, sparse outcome reward), one with the strategy off, trained on
+``sokoban_sge`` preset (GRPO, sparse outcome reward), one sampling with ``group``, trained on
 the same episode budget and seeds. Each trained run is then only read (its newest
 checkpoint's weights and saved sampler state, ``cairn.train.pass_at_k``; never resumed)
 and samples n = 16 episodes on each of R held-out rooms, with:
@@ -52,7 +52,7 @@ HEADER = (
 )
 KS = (1, 2, 4, 8, 16)
 PRESET = "sokoban_sge.yaml"
-ARMS = {"grpo": ["exploration.strategy.enabled=false"], "sge": []}
+ARMS = {"grpo": ["rollout.strategy=group", "rollout.options={}"], "sge": []}
 SHARED = [
     "train.time_budget_s=null",
     "log.trajectories_every=0",

@@ -2,9 +2,9 @@
 and transfers to the real engine (Sim2Real), against GRPO trained with the real engine.
 
 Both arms are the ``search_qa_ssrl`` preset (GRPO, n 5, KL 0.001 low_var_kl, exact match);
-``grpo_engine`` turns self-search off, so its searches are answered by the env's BM25
-top-3 during training. Same episode budget and seeds. Each trained model then answers Q
-held-out questions greedily three ways:
+``grpo_engine`` samples with ``group`` instead of ``ssrl``, so its searches are answered by
+the env's BM25 top-3 during training. Same episode budget and seeds. Each trained model then
+answers Q held-out questions greedily three ways:
 
 - ``self_search``: it writes the ``<information>`` of each of its searches itself (SSRL's
   training-time rollout, ``cairn.exploration.self_search.SelfSearch``);
@@ -49,7 +49,7 @@ HEADER = (
     "Written by `python benchmarks/ssrl_eval.py` (one section per `--label`).\n"
 )
 PRESET = "search_qa_ssrl.yaml"
-ARMS = {"grpo_engine": ["exploration.self_search.enabled=false"], "ssrl": []}
+ARMS = {"grpo_engine": ["rollout.strategy=group", "rollout.options={}"], "ssrl": []}
 SHARED = ["train.time_budget_s=null", "train.iterations=1000", "log.trajectories_every=0"]
 MODES = ("self_search", "engine", "no_search")
 
@@ -63,7 +63,7 @@ def evaluate_modes(run_dir: Path, questions: int) -> dict[str, float]:
         greedy = eval_settings(cfg, policy)
         generator = torch.Generator().manual_seed(cfg.seed)
         ctx = RolloutContext(policy, envs, prompt, greedy, generator, 0)
-        searcher = SelfSearch(**cfg.exploration.self_search.model_dump(exclude={"enabled"}))
+        searcher = SelfSearch(**_self_search_options(cfg))
         one_turn = replace(greedy, max_turns=1)
         tasks = tasks_for_groups(seeds, 1)
         runs = {
@@ -72,6 +72,12 @@ def evaluate_modes(run_dir: Path, questions: int) -> dict[str, float]:
             "no_search": rollout(policy, envs.take(len(tasks)), tasks, prompt, one_turn),
         }
     return {m: float(np.mean([bool(e.success) for e in eps])) for m, eps in runs.items()}
+
+
+def _self_search_options(cfg) -> dict:
+    """The run's ``ssrl`` options; the preset's for the arm trained without self-search."""
+    name, options = cfg.rollout_strategy()
+    return options if name == "ssrl" else load_config(ROOT / "configs" / PRESET).rollout.options
 
 
 def warmup_success(run_dir: Path) -> float:

@@ -161,7 +161,7 @@ def test_the_cycle_finder_finds_cycles_and_only_cycles() -> None:
 def test_the_graph_reads_imports_as_python_runs_them() -> None:
     graph = import_graph(local=False)
     # module level, and the package a module is imported from
-    assert {"cairn.rollout.loop", "cairn.rollout"} <= graph["cairn.exploration.strategy"]
+    assert {"cairn.rollout.loop", "cairn.rollout"} <= graph["cairn.exploration.sge"]
     # a function-local import counts only in the local graph
     assert "cairn.exploration.embed" not in graph["cairn.rewards.intrinsic"]
     assert "cairn.exploration.embed" in import_graph(local=True)["cairn.rewards.intrinsic"]

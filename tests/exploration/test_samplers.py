@@ -144,7 +144,7 @@ def test_sge_reflection_words_are_in_a_word_level_vocabulary(tmp_path):
     sge = tokenizer()
     ids = sge(" ".join(OUTCOME_WORDS), add_special_tokens=False)["input_ids"]
     assert sge.unk_token_id not in ids and len(ids) == 2
-    plain = tokenizer("exploration.strategy.enabled=false")
-    no_reflection = tokenizer("exploration.strategy.reflection=false")
+    plain = tokenizer("rollout.strategy=group", "rollout.options={}")  # the preset says sge
+    no_reflection = tokenizer("rollout.options.reflection=false")
     assert plain.get_vocab() == no_reflection.get_vocab() != sge.get_vocab()
     assert set(sge.get_vocab()) - set(plain.get_vocab()) == set(OUTCOME_WORDS)

@@ -1,5 +1,7 @@
-"""Exploration methods: memory (EMPO2), demonstrations (LUFFY), strategies (SGE), variants
-(LADDER), self-search (SSRL), composed around any rollout strategy.
+"""Exploration methods composed around any rollout strategy: memory (EMPO2), demonstrations
+(LUFFY) and variants (LADDER) are hooks; SGE and SSRL sample the episodes themselves, so they
+are rollout strategies (``rollout.strategy: sge`` / ``ssrl``: ``cairn.exploration.sge``,
+``cairn.exploration.self_search``).
 
 The trainer talks to one object, built from the config's ``exploration`` section:
 
@@ -16,7 +18,7 @@ One ``collect`` of the wrapped strategy, top to bottom (LUFFY, LADDER and EMPO2 
 
     curriculum (LADDER)  seeds -> problems of the current stage, envs built per problem
     mode (EMPO2)         draw on_policy / tips / off_policy; tips enter via the prompt
-    sample               SGE (strategy first) | SSRL (self-search) | the inner strategy
+    sample               the rollout strategy (e.g. SGE: a plan first; SSRL: self-search)
     mark (EMPO2)         memory-guided episodes: source 2, tips shown, tip-free train prompts
     observe (LADDER)     the rollouts' success moves the curriculum on
     mix (LUFFY)          n_off demonstrations per group, source 1
@@ -25,7 +27,11 @@ Env faults outside the rollout cost what they touch, counted with the rollout's 
 failed instruction reset (EMPO2) the tips of that task's episodes, a failed demonstration
 env call (LUFFY) that demonstration (its env rebuilt).
 
-With nothing enabled the wrapper is the inner strategy itself (``wrap`` returns it).
+With no hook enabled the wrapper is the inner strategy itself (``wrap`` returns it). The
+old config sections ``exploration.strategy`` / ``exploration.self_search`` still select SGE /
+SSRL: ``wrap`` then replaces the inner strategy (``group``, the only one they allow) with
+``sge`` / ``ssrl`` built from them. The rollout strategy's own state (SGE's reflections) is
+checkpointed here, under ``sampler`` as before it was a rollout strategy.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from cairn.data.episode import Episode
 from cairn.envs import TextEnv
 from cairn.exploration.hooks import DemosHook, ExplorationHook, MemoryHook, VariantsHook
 from cairn.exploration.hooks import _instructions as _instructions  # where tests look for it
-from cairn.rollout import RolloutContext, Strategy
+from cairn.rollout import RolloutContext, Strategy, make_strategy
 
 __all__ = ["HOOK_ORDER", "Exploration"]
 
@@ -73,7 +79,7 @@ class Exploration:
             on["memory"] = MemoryHook(cfg.memory, policy, prompt, Path(run_dir), self.rng)
         if cfg.demos.enabled:
             on["demos"] = DemosHook(cfg.demos, policy, prompt, env_factory, cfg.variants.enabled)
-        self.sampler = self._build_sampler()
+        self.strategy: Any = None  # the rollout strategy, once ``wrap`` has it
         if cfg.variants.enabled:
             on["variants"] = VariantsHook(cfg.variants, policy, env_factory, self.rng)
         self.hooks: list[ExplorationHook] = [on[k] for k in HOOK_ORDER if k in on]
@@ -82,7 +88,7 @@ class Exploration:
 
     @property
     def active(self) -> bool:
-        return bool(self.hooks) or self.sampler is not None
+        return bool(self.hooks)
 
     @property
     def memory(self) -> Any:
@@ -94,22 +100,14 @@ class Exploration:
         """LADDER's ``Curriculum`` (None when off)."""
         return self._on["variants"].curriculum if "variants" in self._on else None
 
-    def _build_sampler(self) -> Strategy | None:
-        if self.cfg.strategy.enabled:
-            from cairn.exploration.strategy import StrategyGuided
-
-            s = self.cfg.strategy
-            return StrategyGuided(s.temperature, s.max_tokens, s.reflection, s.reflections)
-        if self.cfg.self_search.enabled:
-            from cairn.exploration.self_search import SelfSearch
-
-            s = self.cfg.self_search
-            return SelfSearch(s.max_info_tokens, s.search_pattern)
-        return None
-
     # -- the trainer's calls ---------------------------------------------------------------------
     def wrap(self, inner: Strategy) -> Strategy:
-        """The rollout strategy with exploration around it (``inner`` when nothing is on)."""
+        """The rollout strategy with exploration around it (``inner`` when no hook is on);
+        an old ``exploration.strategy`` / ``self_search`` section replaces ``inner`` first."""
+        alias = self.cfg.alias_strategy()
+        if alias is not None:
+            inner = make_strategy(alias[0], **alias[1])
+        self.strategy = inner
         return _Wrapped(self, inner) if self.active else inner
 
     def observe(self, episodes: Sequence[Episode]) -> None:
@@ -124,8 +122,8 @@ class Exploration:
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"rng": self.rng.bit_generator.state}
-        if self.sampler is not None and hasattr(self.sampler, "state_dict"):
-            state["sampler"] = self.sampler.state_dict()
+        if hasattr(self.strategy, "state_dict"):
+            state["sampler"] = self.strategy.state_dict()
         for hook in self.hooks:
             state.update(hook.state_dict())
         return state
@@ -133,7 +131,12 @@ class Exploration:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
         if "sampler" in state:
-            self.sampler.load_state_dict(state["sampler"])  # type: ignore[union-attr]
+            if not hasattr(self.strategy, "load_state_dict"):
+                raise ValueError(
+                    "the checkpoint holds a rollout strategy's state ('sampler'), but this "
+                    f"run's strategy ({type(self.strategy).__name__}) keeps none"
+                )
+            self.strategy.load_state_dict(state["sampler"])
         for hook in self.hooks:
             hook.load_state_dict(state)
 
@@ -148,8 +151,7 @@ class Exploration:
         for hook in self.hooks:
             ctx, seeds = hook.before_collect(ctx, seeds)
             self.last.update(hook.metrics())
-        sampler = self.sampler if self.sampler is not None else inner
-        episodes = sampler.collect(ctx, seeds, group_size)
+        episodes = inner.collect(ctx, seeds, group_size)
         for hook in reversed(self.hooks):
             episodes = hook.after_collect(ctx, episodes)
             self.last.update(hook.metrics())

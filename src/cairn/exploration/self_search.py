@@ -1,7 +1,8 @@
-"""SSRL: self-search reinforcement learning (arXiv 2508.10874, Sec. 3).
+"""SSRL: self-search reinforcement learning (arXiv 2508.10874, Sec. 3), the rollout strategy
+``ssrl``.
 
 The policy simulates the search engine from its own knowledge: after an action that
-matches ``search_pattern`` (``search[query]`` in ``search_qa``) it goes on writing
+matches the option ``search_pattern`` (``search[query]`` in ``search_qa``) it goes on writing
 ``<information> ... </information>`` itself, and that text, not the engine's, is the
 next observation. The information tokens belong to the step's action (so they are in
 the token batch) but ``Step.loss_mask`` drops them from the loss (SSRL's information
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from cairn._regex import regex_groups
 from cairn.agent import TAGS
 from cairn.data.episode import Episode, Step
 from cairn.envs import StepResult
@@ -39,17 +41,23 @@ Information = tuple[str, list[int], list[float]]
 
 
 class SelfSearch:
-    """G self-search episodes per task; see the module docstring."""
+    """``ssrl``: G self-search episodes per task; see the module docstring.
+
+    Options: ``max_info_tokens`` (token cap of self-written information), ``search_pattern``
+    (regex with one group, the query, of an action that triggers self-search).
+    """
 
     def __init__(
         self, max_info_tokens: int = 24, search_pattern: str = r"^\s*search\s*\[(.*)\]\s*$"
     ):
-        if max_info_tokens < 1:
-            raise ValueError(f"max_info_tokens must be >= 1, got {max_info_tokens}")
+        is_int = isinstance(max_info_tokens, int) and not isinstance(max_info_tokens, bool)
+        if not is_int or max_info_tokens < 1:
+            raise ValueError(
+                f"SSRL option max_info_tokens must be an int >= 1, got {max_info_tokens!r}"
+            )
+        _check_pattern(search_pattern)
         self.max_info_tokens = max_info_tokens
         self.pattern = re.compile(search_pattern, re.DOTALL | re.IGNORECASE)
-        if self.pattern.groups != 1:
-            raise ValueError(f"search_pattern {search_pattern!r} must have exactly one group")
 
     def collect(self, ctx: Any, seeds: Sequence[int], group_size: int) -> list[Episode]:
         tasks = tasks_for_groups(seeds, group_size)
@@ -108,3 +116,15 @@ class SelfSearch:
             lps = [0.0] * len(open_ids) + list(g.logprobs) + [0.0] * len(close)
             out.append((g.text, ids, lps))
         return out
+
+
+def _check_pattern(pattern: Any) -> None:
+    """ValueError naming the option unless ``pattern`` is a regex with exactly one group."""
+    if not isinstance(pattern, str):
+        raise ValueError(f"SSRL option search_pattern must be a string, got {pattern!r}")
+    try:
+        groups = regex_groups(pattern)
+    except ValueError as err:
+        raise ValueError(f"SSRL option search_pattern: {err}") from None
+    if groups != 1:
+        raise ValueError(f"SSRL option search_pattern {pattern!r} must have exactly one group")

@@ -1,57 +1,26 @@
-"""SGE: strategy-guided exploration (arXiv 2603.02045, Sec. 3).
-
-Before acting, the policy writes a short natural-language strategy; every action of the
-episode is then conditioned on it (a ``<strategy> ... </strategy>`` block after the
-instruction). Strategies are sampled at a higher temperature than actions
-(mixed-temperature sampling) so that the G parallel rollouts of a task differ in plan,
-not in token noise. Strategy reflection: the strategy prompt lists earlier strategies on
-the same task (same instruction) with their outcomes, so failed ones can be avoided.
-Training is plain GRPO with the sparse outcome reward; the strategy is a step of the
-episode (t = 0, reward 0, anchor ``("strategy", initial anchor)``) trained like the others.
-
-The trainer scores every row at the action temperature, so a strategy's behaviour
-log-probs are recomputed at that temperature (ratio 1 before the first update): the
-strategy is a sample from a hotter policy, trained as if drawn from the policy itself, the
-usual practice for mixed-temperature sampling.
-"""
+"""The old import path of SGE, kept so that code written against it still runs: SGE is the
+rollout strategy ``sge`` (``cairn.exploration.sge.SGEStrategy``), and in code "strategy"
+now means a rollout strategy only. Importing this module warns (``DeprecationWarning``)."""
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
-from typing import Any
+import warnings
 
-import torch
-
-from cairn.agent import TAGS, tagged
-from cairn.data.episode import Episode, Step
-from cairn.data.tokens import collate_scoring
-from cairn.rollout.envpool import EnvFault, reset_all
-from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, tasks_for_groups
+from cairn.exploration.sge import OUTCOME_WORDS, GuidedEnv, SGEStrategy
 
 __all__ = ["OUTCOME_WORDS", "GuidedEnv", "StrategyGuided"]
 
-#: How a reflection names the outcome of an earlier strategy (a word-level tokenizer gets
-#: them through ``ExplorationConfig.prompt_words``).
-OUTCOME_WORDS = ("success", "failure")
+warnings.warn(
+    "cairn.exploration.strategy is deprecated: import SGEStrategy from cairn.exploration.sge "
+    "(or select it with rollout.strategy: sge)",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
-class GuidedEnv:
-    """An env seen through a strategy: its instruction gains the strategy block."""
-
-    def __init__(self, env: Any, block: str):
-        self._env, self._block = env, block
-
-    @property
-    def instruction(self) -> str:
-        return f"{self._env.instruction}\n{self._block}"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-
-class StrategyGuided:
-    """Samples G strategy-guided episodes per task; see the module docstring."""
+class StrategyGuided(SGEStrategy):
+    """``SGEStrategy`` under its old name and option names (``temperature``, ``max_tokens``:
+    now ``plan_temperature``, ``plan_tokens``)."""
 
     def __init__(
         self,
@@ -60,108 +29,4 @@ class StrategyGuided:
         reflection: bool = True,
         reflections: int = 3,
     ):
-        if temperature <= 0 or max_tokens < 1 or reflections < 0:
-            raise ValueError("SGE needs temperature > 0, max_tokens >= 1, reflections >= 0")
-        self.temperature, self.max_tokens = temperature, max_tokens
-        self.reflection, self.reflections = reflection, reflections
-        self.history: dict[str, deque] = {}  # instruction -> (strategy, success, return)
-
-    # -- reflection ---------------------------------------------------------------------------
-    def reflection_block(self, instruction: str) -> str:
-        """Earlier strategies on this task and how they ended ("" when none or disabled)."""
-        if not self.reflection or self.reflections == 0:
-            return ""
-        past = list(self.history.get(instruction, ()))[-self.reflections :]
-        return " ".join(
-            f"{tagged('strategy', [s])} {OUTCOME_WORDS[0] if ok else OUTCOME_WORDS[1]}"
-            for s, ok, _ in past
-        )
-
-    def remember(self, instruction: str, episodes: Sequence[Episode]) -> None:
-        past = self.history.setdefault(instruction, deque(maxlen=max(1, self.reflections)))
-        for e in episodes:
-            past.append((e.meta.get("strategy", ""), bool(e.success), float(e.ret)))
-
-    # -- sampling -------------------------------------------------------------------------------
-    def collect(self, ctx: Any, seeds: Sequence[int], group_size: int) -> list[Episode]:
-        tasks = tasks_for_groups(seeds, group_size)
-        envs = ctx.envs.take(len(tasks))
-        resets = reset_all(envs, [seed for _, seed in tasks])  # a failed one: its EnvFault
-        states = [("", {}) if isinstance(r, EnvFault) else r for r in resets]
-        instructions = [envs[i].instruction for i in range(len(tasks))]
-        steps = self._strategies(ctx, instructions, states)
-        episodes = [
-            Episode(id=ctx.first_episode_id + i, group=g, task=seed)
-            for i, (g, seed) in enumerate(tasks)
-        ]
-        for e, r in zip(episodes, resets, strict=True):
-            if isinstance(r, EnvFault):
-                end_by_fault(e, r)  # never played; dropped below
-        guided = []
-        for e, step, env, (_, info) in zip(episodes, steps, envs, states, strict=False):
-            e.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
-            e.meta["strategy"] = step.action
-            guided.append(GuidedEnv(env, tagged("strategy", [step.action])))
-        play(ctx.policy, guided, episodes, states, ctx.prompt, ctx.settings, ctx.generator)
-        for e, step in zip(episodes, steps, strict=True):
-            for s in e.steps:
-                s.t += 1
-            e.steps.insert(0, step)
-        for ins in dict.fromkeys(instructions):
-            mine = zip(episodes, instructions, strict=True)
-            self.remember(ins, [e for e, i in mine if i == ins and "fault" not in e.meta])
-        return drop_faulted(episodes, getattr(ctx.envs, "faults", None))  # env faults: dropped
-
-    def _strategies(self, ctx: Any, instructions: list[str], states: list) -> list[Step]:
-        """One strategy step per episode, sampled hot and rescored at the action temperature."""
-        policy, open_tag = ctx.policy, TAGS["strategy"][0]
-        texts = [
-            f"{ctx.prompt.build(ins, [], obs, self.reflection_block(ins))} {open_tag}"
-            for ins, (obs, _) in zip(instructions, states, strict=True)
-        ]
-        prompts = [policy.encode(t) for t in texts]
-        gens = policy.generate(
-            prompts,
-            temperature=self.temperature,
-            max_new_tokens=self.max_tokens,
-            stop=(TAGS["strategy"][1],),
-            generator=ctx.generator,
-        )
-        logps = _rescore(policy, prompts, [g.token_ids for g in gens], ctx.settings.temperature)
-        return [
-            Step(
-                t=0, observation=obs, anchor=("strategy", info.get("anchor", obs)),
-                action=g.text, completion=g.text, reward=0.0, prompt_ids=p,
-                action_ids=g.token_ids, logprobs=lp,
-            )
-            for p, g, lp, (obs, info) in zip(prompts, gens, logps, states, strict=True)
-        ]  # fmt: skip
-
-    # -- checkpointing -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"history": {k: list(v) for k, v in self.history.items()}}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.history = {
-            k: deque(map(tuple, v), maxlen=max(1, self.reflections))
-            for k, v in state["history"].items()
-        }
-
-
-@torch.no_grad()
-def _rescore(
-    policy: Any, prompts: list[list[int]], actions: list[list[int]], temperature: float
-) -> list[list[float]]:
-    """Teacher-forced log-probs of ``actions`` at ``temperature`` (no grad), per row."""
-    rows = [i for i, a in enumerate(actions) if a]
-    out: list[list[float]] = [[] for _ in actions]
-    if not rows:
-        return out
-    inputs = collate_scoring(
-        [prompts[i] for i in rows], [actions[i] for i in rows], pad_id=policy.pad_id
-    )
-    logp, _ = policy.score(inputs, temperature, with_entropy=False)  # (B, A)
-    for r, i in enumerate(rows):
-        k = len(actions[i])
-        out[i] = logp[r, logp.shape[1] - k :].tolist()
-    return out
+        super().__init__(temperature, max_tokens, reflection, reflections)

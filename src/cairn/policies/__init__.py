@@ -122,7 +122,7 @@ def build_policy(
 ) -> HFPolicy:
     """The policy of a run: from ``checkpoint`` when given, else from ``cfg`` (ModelConfig);
     ``extra_words``: prompt words the tiny default's tokenizer must know beyond the env's
-    (``ExplorationConfig.prompt_words``)."""
+    (``cairn.train.setup.prompt_words``)."""
     hf_logging.disable_progress_bar()
     dtype = _DTYPES[cfg.dtype]
     # The tiny default runs eager attention (fastest for short CPU sequences); a resumed

@@ -86,6 +86,8 @@ STRATEGIES = ImportRegistry(
         "entropy_branch": "cairn.rollout.entropy_branch:EntropyBranchStrategy",
         "mc_values": "cairn.rollout.mc_values:MCValueStrategy",
         "error_search": "cairn.rollout.error_search:ErrorSearchStrategy",
+        "sge": "cairn.exploration.sge:SGEStrategy",  # SGE: a plan first, then act on it
+        "ssrl": "cairn.exploration.self_search:SelfSearch",  # SSRL: self-written search results
     },
 )
 register_strategy = STRATEGIES.register  # register_strategy(name, "package.module:Class")

@@ -524,13 +524,21 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _exploration_sampler(self) -> Config:
-        own = self.exploration.strategy.enabled or self.exploration.self_search.enabled
-        if own and self.rollout.strategy != "group":
+        alias = self.exploration.alias_strategy()  # old spellings of rollout.strategy
+        if alias is not None and self.rollout.strategy != "group":
             raise ValueError(
                 "exploration.strategy / exploration.self_search sample episodes themselves "
-                f"(G per task, like rollout.strategy 'group'); got {self.rollout.strategy!r}"
+                f"(they are rollout.strategy {alias[0]!r}, and leave rollout.strategy 'group'); "
+                f"got {self.rollout.strategy!r}"
             )
+        self.exploration.check_old_keys(self.rollout.strategy)
         return self
+
+    def rollout_strategy(self) -> tuple[str, dict[str, Any]]:
+        """(name, options) of the rollout strategy this config samples with: ``rollout``'s,
+        or the one an old ``exploration.strategy`` / ``self_search`` section selects."""
+        alias = self.exploration.alias_strategy()
+        return alias if alias is not None else (self.rollout.strategy, dict(self.rollout.options))
 
 
 def _word_level_tool_calls(cfg: Config) -> str | None:

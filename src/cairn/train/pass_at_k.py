@@ -5,11 +5,12 @@ better pass@k at the same number of samples). A trained run's newest checkpoint 
 ``n`` episodes on each of R held-out tasks (seeds ``eval.seed_offset + i``), with one of
 two samplers:
 
-- ``plain``: the run's rollout strategy (``rollout.strategy``) at its sampling settings;
-- ``strategy``: SGE's sampler (``cairn.exploration.strategy.StrategyGuided``, built from
-  ``exploration.strategy``): a strategy sampled at its own temperature first, the actions
-  conditioned on it; its reflection history is the one the run had when the checkpoint was
-  written, so the strategy prompts read as they did at the end of training.
+- ``plain``: the run's rollout strategy (``rollout.strategy``) at its sampling settings,
+  ``group`` where that is SGE (the SGE-trained weights without a plan);
+- ``strategy``: SGE (rollout strategy ``sge``, ``cairn.exploration.sge.SGEStrategy``, with
+  the run's options): a plan (the paper's "strategy") sampled at its own temperature first,
+  the actions conditioned on it; its reflection history is the one the run had when the
+  checkpoint was written, so the plan prompts read as they did at the end of training.
 
 Then per task, with c successes among its n episodes:
 
@@ -102,15 +103,16 @@ def sample_held_out(
 
 
 def _sampler(name: str, cfg: Config, checkpoint: Path) -> Any:
-    """The rollout strategy (``plain``) or SGE's sampler with the run's saved reflections."""
+    """``plain``: the run's rollout strategy, ``group`` for a run that samples with SGE;
+    ``strategy``: SGE with the run's options and saved reflections (defaults for another
+    run)."""
+    strategy, options = cfg.rollout_strategy()
+    sge = strategy == "sge"
     if name == "plain":
-        return make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
-    from cairn.exploration.strategy import StrategyGuided
-
-    s = cfg.exploration.strategy
-    sampler = StrategyGuided(s.temperature, s.max_tokens, s.reflection, s.reflections)
+        return make_strategy("group") if sge else make_strategy(strategy, **options)
+    sampler = make_strategy("sge", **(options if sge else {}))
     saved = load_state(checkpoint).get("exploration", {}).get("sampler")
-    if s.enabled and saved is not None:
+    if sge and saved is not None:
         sampler.load_state_dict(saved)
     return sampler
 

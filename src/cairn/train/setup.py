@@ -20,7 +20,7 @@ from cairn.agent import PromptBuilder, example_completion
 from cairn.envs import make
 from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
-from cairn.rollout import RolloutSettings
+from cairn.rollout import STRATEGIES, RolloutSettings
 from cairn.rollout.envpool import GuardedEnv
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "check_token_budget",
     "describe_format",
     "new_run_dir",
+    "prompt_words",
     "sampling_settings",
     "tiny_key_problems",
     "warn_tiny_keys",
@@ -103,7 +104,7 @@ def build_policy_engine(
     probe = GuardedEnv(probe, cfg.env.name)
     probe.reset(seed=0)
     instruction = cfg.agent.instruction or probe.instruction
-    words = cfg.exploration.prompt_words()
+    words = prompt_words(cfg)
     policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt, words)
     if cfg.model.path is not None:
         budget_check(cfg, policy.tokenizer)
@@ -114,6 +115,15 @@ def build_policy_engine(
     )
     policy = engine.policy  # vllm: samples on vLLM, scores on the HF model
     return policy, engine, prompt_builder(cfg, policy.tokenizer, probe)
+
+
+def prompt_words(cfg: Any) -> tuple[str, ...]:
+    """Words the rollout strategy writes into prompts beyond the env's and the template's
+    (its class's ``prompt_words(options)``, where it has one: SGE's reflection outcomes); the
+    tiny default's word-level tokenizer must know them, or the model reads ``<unk>``."""
+    name, options = cfg.rollout_strategy()
+    words = getattr(STRATEGIES.get(name), "prompt_words", None)
+    return tuple(words(options)) if words is not None else ()
 
 
 def budget_check(cfg: Any, tokenizer: Any) -> None:

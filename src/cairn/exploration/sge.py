@@ -16,7 +16,8 @@ mixed-temperature sampling.
 
 Names: this module says "plan" for what the paper calls a strategy, so that "strategy" in
 code means a rollout strategy (``cairn.rollout.STRATEGIES``; this one is registered as
-``sge``). The prompt tag and ``Episode.meta["strategy"]`` keep the paper's word.
+``sge``). The prompt tag and ``Episode.events.strategy`` (saved as meta ``strategy``) keep the
+paper's word.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class SGEStrategy:
     def remember(self, instruction: str, episodes: Sequence[Episode]) -> None:
         past = self.history.setdefault(instruction, deque(maxlen=max(1, self.reflections)))
         for e in episodes:
-            past.append((e.meta.get("strategy", ""), bool(e.success), float(e.ret)))
+            past.append((e.events.strategy or "", bool(e.success), float(e.ret)))
 
     # -- sampling -------------------------------------------------------------------------------
     def collect(self, ctx: Any, seeds: Sequence[int], group_size: int) -> list[Episode]:
@@ -122,7 +123,7 @@ class SGEStrategy:
         guided = []
         for e, plan, env, (_, info) in zip(episodes, plans, envs, states, strict=False):
             e.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
-            e.meta["strategy"] = plan.action
+            e.events.strategy = plan.action
             guided.append(GuidedEnv(env, tagged("strategy", [plan.action])))
         play(ctx.policy, guided, episodes, states, ctx.prompt, ctx.settings, ctx.generator)
         for e, plan in zip(episodes, plans, strict=True):
@@ -131,7 +132,7 @@ class SGEStrategy:
             e.steps.insert(0, plan)
         for ins in dict.fromkeys(instructions):
             mine = zip(episodes, instructions, strict=True)
-            self.remember(ins, [e for e, i in mine if i == ins and "fault" not in e.meta])
+            self.remember(ins, [e for e, i in mine if i == ins and not e.events.faulted])
         return drop_faulted(episodes, getattr(ctx.envs, "faults", None))  # env faults: dropped
 
     def _plans(self, ctx: Any, instructions: list[str], states: list) -> list[Step]:

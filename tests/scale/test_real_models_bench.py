@@ -1,0 +1,56 @@
+"""benchmarks/real_models.py: what it reads back from a run folder, and the table's arithmetic."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).parents[2] / "benchmarks" / "real_models.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("real_models_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _row(it: int, fmt: float, rollout: float, update: float) -> dict:
+    return {
+        "iteration": it, "steps": 32, "rollout/completion_tokens": 20.0,
+        "rollout/format_error_rate": fmt, "rollout/success": 0.0, "time/rollout": rollout,
+        "update/forward_tokens": 6400, "time/update": update, "time/iteration": rollout + update,
+    }  # fmt: skip
+
+
+def test_a_run_folder_gives_before_after_and_median_rates(tmp_path):
+    run = tmp_path / "countdown_smol-s0" / "countdown_smol-s0-20261204"
+    run.mkdir(parents=True)
+    evals = [
+        {"iteration": 0, "eval/success": 0.0, "eval/format_error_rate": 0.5},
+        {"iteration": 3, "eval/success": 0.25, "eval/format_error_rate": 0.0},
+    ]
+    summary = {"iterations": 3, "episodes": 96, "train_seconds": 600.0, "evals": evals}
+    (run / "summary.json").write_text(json.dumps(summary))
+    rows = [_row(1, 0.3, 64.0, 100.0), _row(2, 0.1, 32.0, 200.0), _row(3, 0.0, 16.0, 50.0)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = _bench().summarize(run.parent, "countdown_smol", 0, 5.5, 700.0)
+    assert (r["success_before"], r["success_after"]) == (0.0, 0.25)
+    assert (r["eval_format_before"], r["eval_format_after"]) == (0.5, 0.0)
+    assert (r["sampled_format_first"], r["sampled_format_last"]) == (0.3, 0.0)
+    # 32 x 20 = 640 generated tokens over 64, 32, 16 s: 10, 20, 40 -> median 20
+    assert r["gen_tokens_per_s"] == 20.0
+    assert r["update_tokens_per_s"] == 64.0  # 6400 over 100, 200, 50 s: 64, 32, 128
+    assert r["seconds_per_iteration"] == 164.0 and r["peak_rss_gib"] == 5.5
+
+
+def test_the_table_gives_mean_and_range_over_seeds():
+    mod = _bench()
+    assert mod.spread([0.0, 0.25, 0.5]) == "0.25 (0.00-0.50)"
+    keys = ["success_before", "success_after", "eval_format_before", "eval_format_after",
+            "sampled_format_first", "sampled_format_last", "iterations", "seconds_per_iteration",
+            "gen_tokens_per_s", "update_tokens_per_s", "peak_rss_gib"]  # fmt: skip
+    results = [{"preset": "p", "seed": s, **dict.fromkeys(keys, float(s))} for s in (1, 3)]
+    line = mod.table(results).splitlines()[2]
+    assert line.startswith("| p | 1,3 | 2.00 (1.00-3.00) |") and line.endswith("| 2.0 (1.0-3.0) |")

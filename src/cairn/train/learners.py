@@ -124,7 +124,7 @@ class Actor:
                 logp, mb.old_logprobs, mb.advantages, mb.mask, config=self.loss_cfg,
                 flags=mb.flags, entropy=entropy, ref_logp=mb.ref_logprobs,
             )  # fmt: skip
-            return value * self.dist.loss_scale(mb.mask, self.cfg.loss.agg), metrics
+            return value * self.dist.loss_scale(mb.mask, self.loss_cfg.agg), metrics
 
         return loss
 

@@ -12,7 +12,7 @@ turns any error while putting a part back into a CheckpointError naming the key.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
@@ -57,12 +57,27 @@ def restore_trainer(trainer: Trainer, state: dict[str, Any]) -> None:
     saved_rewards = state.get("rewards", [])
     for i, (reward, saved) in enumerate(zip(trainer.rewards, saved_rewards, strict=False)):
         if saved is not None:
-            put(f"rewards[{i}]", reward.load_state_dict, saved)
+            put(f"rewards[{i}]", _load_reward, reward, saved)
 
 
-def _reward_state(reward: Any) -> dict[str, Any] | None:
-    """A reward's state (a count-based bonus keeps its counts); None when it has none."""
-    return reward.state_dict() if hasattr(reward, "state_dict") else None
+@runtime_checkable
+class _Stateful(Protocol):
+    """A reward with a state (a count-based bonus keeps its table of states and counts)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def _reward_state(reward: object) -> dict[str, Any] | None:
+    """A reward's state; None when it keeps none."""
+    return reward.state_dict() if isinstance(reward, _Stateful) else None
+
+
+def _load_reward(reward: object, saved: dict[str, Any]) -> None:
+    if not isinstance(reward, _Stateful):
+        raise TypeError(f"this run's reward {type(reward).__name__} keeps no state")
+    reward.load_state_dict(saved)
 
 
 def _check_optimizer(opt: torch.optim.Optimizer, saved: Any, key: str) -> None:

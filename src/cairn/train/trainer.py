@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -106,12 +106,12 @@ class Trainer:
         self.policy, self.engine, self.prompt = build_policy_engine(
             cfg, self.train_envs.take(1)[0], self.dir, self.dist, ckpt
         )
+        loss_cfg = LossConfig(**cfg.model_dump()["loss"])
         # The KL reference: LoRA's base with adapters off (no copy), else a frozen copy.
-        ref = reference_model(self.policy.model) if cfg.loss.kl_coef > 0 else None
+        ref = reference_model(self.policy.model) if loss_cfg.kl_coef > 0 else None
         self.ref_model = ref.requires_grad_(False) if ref is not None else None
         params, o = self.policy.model.parameters(), cfg.optim
         self.opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
-        loss_cfg = LossConfig(**cfg.loss.model_dump())
         self.actor = Actor(self.policy, self.opt, self.engine, loss_cfg, self.dist, cfg)
         self.learners = build_learners(cfg, self.policy, ckpt)  # beside the actor, own optims
         self.sampling = sampling_settings(cfg, self.policy)
@@ -307,8 +307,9 @@ class Trainer:
         self.engine.sync()  # vllm: the new weights to the sampler
         return metrics, update_tokens
 
-    def _draw_seeds(self, n: int) -> np.ndarray:
-        return self.state.task_rng.integers(0, TRAIN_SEED_RANGE, size=n)
+    def _draw_seeds(self, n: int) -> Sequence[int]:
+        """``n`` task seeds from the task stream (an int64 array: a sequence of ints)."""
+        return cast("Sequence[int]", self.state.task_rng.integers(0, TRAIN_SEED_RANGE, size=n))
 
     def update(
         self,
@@ -317,10 +318,15 @@ class Trainer:
         parts: dict[str, np.ndarray] | None = None,
     ) -> dict[str, float]:
         """PPO epochs for the actor, then for each other learner (they read the step table
-        ``batch`` and the estimator's ``parts``); the mean of each metric."""
+        ``batch`` and the estimator's ``parts``); the mean of each metric. The actor reads
+        neither: it alone may update without them (``batch`` None)."""
+        if batch is None and self.learners:
+            names = ", ".join(x.name for x in self.learners)
+            raise ValueError(f"update: the learners beside the actor ({names}) need the step table")
         return train_learners(
-            [self.actor, *self.learners], tokens, batch, parts or {}, optim=self.cfg.optim,
-            dist=self.dist, rng=self.state.shuffle_rng, stop=self.out_of_time,
+            [self.actor, *self.learners], tokens, cast(StepBatch, batch), parts or {},
+            optim=self.cfg.optim, dist=self.dist, rng=self.state.shuffle_rng,
+            stop=self.out_of_time,
         )  # fmt: skip
 
     @torch.no_grad()
@@ -328,7 +334,7 @@ class Trainer:
         """Greedy episodes on held-out seeds (``eval.seed_offset + i``)."""
         cfg = self.cfg
         seeds = self.dist.shard(cfg.eval.seed_offset + np.arange(cfg.eval.episodes))
-        tasks = tasks_for_groups(seeds, 1)
+        tasks = tasks_for_groups(seeds.tolist(), 1)
         settings = RolloutSettings(**{**self.sampling.__dict__, "greedy": True})
         episodes = rollout(
             self.policy, self.eval_envs.take(len(tasks)), tasks, self.prompt, settings
@@ -383,7 +389,7 @@ class Trainer:
 
     def _save(self) -> None:
         if self.dist.is_main:  # every rank holds the same weights
-            extra = {x.name: x.save for x in self.learners}
+            extra: dict[str, Callable[[Path], None]] = {x.name: x.save for x in self.learners}
             extra[CONFIG_COPY] = config_writer(self.cfg)  # the config it was trained with
             save_checkpoint(
                 self.dir,

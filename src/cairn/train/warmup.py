@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -59,7 +59,7 @@ def think_text(observation: str, mode: str = "offsets") -> str:
 
 def demonstrations(
     env: TextEnv,
-    seeds: Sequence[int],
+    seeds: Iterable[int],
     policy: HFPolicy,
     prompt: PromptBuilder,
     settings: RolloutSettings,
@@ -166,7 +166,8 @@ def run_warmup_stage(trainer: Trainer) -> dict[str, float]:
     follow the warmed-up weights. Returns the stage's stats."""
     from cairn.policies.lora import has_adapters, reference_model
 
-    env = GuardedEnv(trainer.env_factory(), getattr(trainer.env_factory, "name", ""))
+    guarded = GuardedEnv(trainer.env_factory(), getattr(trainer.env_factory, "name", ""))
+    env = cast("TextEnv", guarded)  # a proxy: the env's methods, env faults named as such
     try:
         stats = run_warmup(
             trainer.cfg.warmup, trainer.policy, env, trainer.prompt, trainer.sampling,

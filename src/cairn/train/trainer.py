@@ -309,7 +309,7 @@ class Trainer:
 
     def _draw_seeds(self, n: int) -> Sequence[int]:
         """``n`` task seeds from the task stream (an int64 array: a sequence of ints)."""
-        return cast("Sequence[int]", self.state.task_rng.integers(0, TRAIN_SEED_RANGE, size=n))
+        return cast(Sequence[int], self.state.task_rng.integers(0, TRAIN_SEED_RANGE, size=n))
 
     def update(
         self,

@@ -167,7 +167,7 @@ def run_warmup_stage(trainer: Trainer) -> dict[str, float]:
     from cairn.policies.lora import has_adapters, reference_model
 
     guarded = GuardedEnv(trainer.env_factory(), getattr(trainer.env_factory, "name", ""))
-    env = cast("TextEnv", guarded)  # a proxy: the env's methods, env faults named as such
+    env = cast(TextEnv, guarded)  # a proxy: the env's methods, env faults named as such
     try:
         stats = run_warmup(
             trainer.cfg.warmup, trainer.policy, env, trainer.prompt, trainer.sampling,

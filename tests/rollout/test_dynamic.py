@@ -1,5 +1,6 @@
-"""DAPO dynamic sampling as a strategy wrapper: same episodes and seed draws as the loop
-the trainer ran before, groups without signal dropped, counts kept."""
+"""DAPO dynamic sampling as the rounds' bookkeeping the trainer's collect calls: same
+episodes and seed draws as the loop the trainer ran before, groups without signal dropped,
+counts kept."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from cairn.data.episode import Episode, Step
-from cairn.rollout.dynamic import DynamicSampling, groups_with_signal
+from cairn.rollout.dynamic import SamplingRounds, groups_with_signal
 
 
 @dataclass
@@ -57,17 +58,30 @@ def _old_loop(strategy, rng, groups, group_size, max_rounds, stride):
     return kept or new, sampled, dropped
 
 
+def _collect(strategy, draw, want, group_size, *, max_rounds, stride, enabled=True,
+             first=0, score=lambda episodes: None):  # fmt: skip
+    """``Trainer.collect``'s loop around ``SamplingRounds`` (sample, renumber, score, keep)."""
+    rounds = SamplingRounds(want, first_episode_id=first, enabled=enabled,
+                            max_rounds=max_rounds, group_stride=stride)  # fmt: skip
+    missing = want
+    while missing:
+        new = strategy.collect(_Ctx(rounds.next_episode_id), draw(missing), group_size)
+        rounds.renumber(new)
+        score(new)
+        missing = rounds.keep(new)
+    return rounds
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("max_rounds", [1, 2, 3, 5])
-def test_wrapper_equals_the_old_trainer_loop(seed, max_rounds) -> None:
+def test_rounds_equal_the_old_trainer_loop(seed, max_rounds) -> None:
     old_strategy, new_strategy = _Strategy(), _Strategy()
     ref = _old_loop(old_strategy, np.random.default_rng(seed), 4, 3, max_rounds, 4)
     rng = np.random.default_rng(seed)
     draw = lambda n: rng.integers(0, 100, size=n)  # noqa: E731
     scored = []
-    dyn = DynamicSampling(new_strategy, enabled=True, max_rounds=max_rounds, draw_seeds=draw,
-                          group_stride=4, score=scored.append)  # fmt: skip
-    got = dyn.collect(_Ctx(0), draw(4), 3)
+    dyn = _collect(new_strategy, draw, 4, 3, max_rounds=max_rounds, stride=4, score=scored.append)
+    got = dyn.episodes
     key = lambda es: [(e.id, e.group, e.task, e.ret) for e in es]  # noqa: E731
     assert key(got) == key(ref[0]) and (dyn.sampled, dyn.dropped) == ref[1:]
     assert new_strategy.calls == old_strategy.calls  # same seeds, same first episode ids
@@ -76,25 +90,62 @@ def test_wrapper_equals_the_old_trainer_loop(seed, max_rounds) -> None:
 
 def test_kept_groups_carry_signal_and_flat_groups_are_counted() -> None:
     # seeds 3 and 6 are flat: round 0 keeps groups 1 and 3; round 1 draws 2 more seeds
-    seeds = iter([[1, 4], [7, 8]])
-    dyn = DynamicSampling(_Strategy(), enabled=True, max_rounds=3,
-                          draw_seeds=lambda n: next(seeds)[:n], group_stride=10)  # fmt: skip
-    got = dyn.collect(_Ctx(5), [3, 1, 6, 2], 2)
+    seeds = iter([[3, 1, 6, 2], [1, 4], [7, 8]])
+    dyn = _collect(_Strategy(), lambda n: next(seeds)[:n], 4, 2, max_rounds=3, stride=10,
+                   first=5)  # fmt: skip
+    got = dyn.episodes
     assert sorted({e.group for e in got}) == [1, 3, 10, 11]  # round 1 shifted by 10
     assert groups_with_signal(got) == {e.group for e in got}
     assert (dyn.sampled, dyn.dropped) == (12, 2)
     assert [e.id for e in got][-4:] == [13, 14, 15, 16]  # ids continue after round 0's 8
 
 
-def test_disabled_is_one_pass_through_round() -> None:
-    never = lambda n: pytest.fail("no second round")  # noqa: E731
-    dyn = DynamicSampling(
-        _Strategy(), enabled=False, max_rounds=3, draw_seeds=never, group_stride=1
-    )
-    got = dyn.collect(_Ctx(0), [3, 6], 2)  # both flat, kept anyway
+def test_disabled_is_one_round_keeping_every_group() -> None:
+    seeds = iter([[3, 6]])  # a second draw would raise StopIteration
+    dyn = _collect(_Strategy(), lambda n: next(seeds), 2, 2, max_rounds=3, stride=1,
+                   enabled=False)  # fmt: skip
+    got = dyn.episodes  # both flat, kept anyway
     assert len(got) == 4 and (dyn.sampled, dyn.dropped) == (4, 0)
+
+
+def _episodes(group_returns: dict[int, list[float]], first_id: int = 0) -> list[Episode]:
+    """One one-step episode per return, in its group."""
+    out = []
+    for g, returns in group_returns.items():
+        for r in returns:
+            step = Step(t=0, observation="o", anchor="o", action="a", completion="a", reward=r)
+            out.append(Episode(id=first_id + len(out), group=g, task=g, steps=[step]))
+    return out
+
+
+def test_keep_says_how_many_groups_the_next_round_samples() -> None:
+    rounds = SamplingRounds(3, first_episode_id=100, enabled=True, max_rounds=3, group_stride=3)
+    # round 0: group 1 flat (1, 1); groups 0 and 2 differ -> keep 2 of 3, sample 1 more
+    first = _episodes({0: [0.0, 1.0], 1: [1.0, 1.0], 2: [0.5, 0.0]})
+    assert rounds.keep(first) == 1 and (rounds.sampled, rounds.dropped) == (6, 1)
+    assert rounds.next_episode_id == 106  # 100 + the 6 sampled
+    # round 1: its one group is renumbered 0 + 1 * 3 = 3; flat again -> 1 more, round 2
+    second = _episodes({0: [0.0, 0.0]})
+    rounds.renumber(second)
+    assert [e.group for e in second] == [3, 3]
+    assert rounds.keep(second) == 1 and (rounds.sampled, rounds.dropped) == (8, 2)
+    # round 2 (the last of 3): flat once more -> 0, the rounds are used up, 2 groups kept
+    third = _episodes({0: [2.0, 2.0]})
+    rounds.renumber(third)
+    assert [e.group for e in third] == [6, 6]
+    assert rounds.keep(third) == 0 and (rounds.sampled, rounds.dropped) == (10, 3)
+    assert sorted({e.group for e in rounds.episodes}) == [0, 2]
+
+
+def test_all_flat_rounds_train_on_the_last_round() -> None:
+    rounds = SamplingRounds(2, enabled=True, max_rounds=2, group_stride=2)
+    assert rounds.keep(_episodes({0: [1.0, 1.0], 1: [0.0, 0.0]})) == 2
+    last = _episodes({0: [3.0, 3.0], 1: [4.0, 4.0]})
+    rounds.renumber(last)
+    assert rounds.keep(last) == 0 and rounds.episodes is last  # A = 0 everywhere
+    assert (rounds.sampled, rounds.dropped) == (8, 4)
 
 
 def test_max_rounds_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="max_rounds"):
-        DynamicSampling(_Strategy(), enabled=True, max_rounds=0, draw_seeds=None, group_stride=1)
+        SamplingRounds(4, enabled=True, max_rounds=0, group_stride=1)

@@ -293,9 +293,11 @@ def test_time_budget_stops_the_ppo_epochs_of_the_iteration_in_flight(tmp_path, m
 def test_out_of_time_counts_the_iteration_in_flight(monkeypatch):
     import cairn.train.trainer as trainer_mod
     from cairn.train.config import load_config
+    from cairn.train.state import TrainState
 
     t = trainer_mod.Trainer.__new__(trainer_mod.Trainer)
     t.cfg = load_config(None, ["train.time_budget_s=10"])
+    t.state = TrainState.start(seed=0)  # the counters live here
     t.train_seconds, t.iteration_started = 8.0, 100.0  # 8 s before this iteration
     monkeypatch.setattr(trainer_mod.time, "perf_counter", lambda: 101.5)
     assert not t.out_of_time()  # 8 + 1.5 = 9.5 < 10

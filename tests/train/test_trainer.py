@@ -294,3 +294,14 @@ def test_wall_seconds_add_up_over_resumed_sessions(tmp_path, run_stopped, monkey
     summary = Trainer(cfg, part, resume=True).run()
     assert summary["wall_seconds"] == 30.0
     assert json.loads((part / "summary.json").read_text())["wall_seconds"] == 30.0
+
+
+def test_an_update_without_the_step_table_is_refused_when_a_learner_reads_it():
+    import types
+
+    # the actor alone may update without the step table (tests/scale/ddp_job.py does);
+    # a critic beside it reads its values: a clear error instead of a crash inside its loss
+    trainer = Trainer.__new__(Trainer)
+    trainer.learners = [types.SimpleNamespace(name="critic")]
+    with pytest.raises(ValueError, match=r"beside the actor \(critic\) need the step table"):
+        trainer.update(tokens=None)

@@ -27,9 +27,14 @@ __all__ = ["AdvantageSpec", "compute"]
 class AdvantageSpec(Protocol):
     """What ``compute`` reads of a config's ``advantage`` section."""
 
-    name: str
-    options: Mapping[str, Any]
-    whiten: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]: ...  # read-only: a config's dict fits
+
+    @property
+    def whiten(self) -> bool: ...
 
 
 def compute(batch: StepBatch, cfg: AdvantageSpec) -> tuple[np.ndarray, Parts]:

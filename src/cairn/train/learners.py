@@ -4,31 +4,89 @@ that follows each minibatch loss.
 
 PPO (Schulman et al., arXiv 1707.06347, Alg. 1) optimises the surrogate for K epochs
 over minibatches of the iteration's batch; the actor and a value network both run it.
-A learner has ``name``, ``module``, ``opt``, ``epochs`` (None: ``optim.epochs``),
-``log_update`` and ``minibatch_loss(tokens, batch, parts)``; those ``build_learners``
-adds beside the ``Actor`` also have ``score(episodes)`` (they may fill step columns
-before the advantage) and ``save``/``load`` of their weights.
+A learner (``Learner``) has ``name``, ``module``, ``opt``, ``epochs`` (None:
+``optim.epochs``), ``log_update`` and ``minibatch_loss(tokens, batch, parts)``; those
+``build_learners`` adds beside the ``Actor`` (``SideLearner``) also have
+``score(episodes)`` (they may fill step columns before the advantage) and ``save`` of
+their weights.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 
-from cairn.losses import policy_loss
+from cairn.losses import LossConfig, policy_loss
 
-__all__ = ["Actor", "apply_gradients", "build_learners", "run_epochs", "train_learners"]
+if TYPE_CHECKING:
+    from cairn.data.episode import Episode
+    from cairn.data.step_batch import StepBatch
+    from cairn.data.tokens import TokenBatch
+    from cairn.policies.engines import Engine
+    from cairn.policies.hf import HFPolicy
+    from cairn.train.config import Config, OptimConfig
+    from cairn.train.distributed import Dist
+
+__all__ = [
+    "Actor",
+    "Learner",
+    "SideLearner",
+    "apply_gradients",
+    "build_learners",
+    "run_epochs",
+    "train_learners",
+]
 
 Step = Callable[[np.ndarray], dict[str, float]]  # minibatch row indices -> its metrics
+Parts = dict[str, np.ndarray]  # the estimator's parts (``returns``, ...), per step
+MinibatchLoss = Callable[[np.ndarray], tuple[torch.Tensor, dict[str, float]]]
 
 
-def build_learners(cfg: Any, policy: Any, ckpt: Path | None) -> list[Any]:
+class Learner(Protocol):
+    """What the update loop needs of a learner (module docstring)."""
+
+    @property
+    def name(self) -> str:
+        """Its metrics' prefix and its optimizer's checkpoint key."""
+        ...
+
+    @property
+    def log_update(self) -> bool:
+        """Whether its grad norm, loss and skipped updates are reported under ``name/``."""
+        ...
+
+    @property
+    def epochs(self) -> int | None:
+        """Its PPO epochs (None: ``optim.epochs``)."""
+        ...
+
+    @property
+    def module(self) -> torch.nn.Module: ...
+
+    @property
+    def opt(self) -> torch.optim.Optimizer: ...
+
+    def minibatch_loss(self, tokens: TokenBatch, batch: StepBatch, parts: Parts) -> MinibatchLoss:
+        """rows -> (loss, metrics) for this iteration's steps."""
+        ...
+
+
+class SideLearner(Learner, Protocol):
+    """A learner beside the actor: it may fill step columns before the advantage, and a
+    checkpoint keeps its weights in a folder of its name."""
+
+    def score(self, episodes: Sequence[Episode]) -> None: ...
+
+    def save(self, folder: Path) -> None: ...
+
+
+def build_learners(cfg: Config, policy: HFPolicy, ckpt: Path | None) -> list[SideLearner]:
     """The learners the config turns on (``critic.enabled``: PPO's value network)."""
     if not cfg.critic.enabled:
         return []
@@ -42,13 +100,23 @@ class Actor:
     (``engine.reweight`` may weight tokens; ``dist.loss_scale`` makes the aggregate global
     over ranks). Its grad norm and loss are recorded under ``actor/``."""
 
-    name, log_update, epochs = "actor", True, None
+    name: str = "actor"
+    log_update: bool = True
+    epochs: int | None = None
 
-    def __init__(self, policy: Any, opt: Any, engine: Any, loss_cfg: Any, dist: Any, cfg: Any):
+    def __init__(
+        self,
+        policy: HFPolicy,
+        opt: torch.optim.Optimizer,
+        engine: Engine,
+        loss_cfg: LossConfig,
+        dist: Dist,
+        cfg: Config,
+    ):
         self.policy, self.module, self.opt = policy, policy.model, opt
         self.engine, self.loss_cfg, self.dist, self.cfg = engine, loss_cfg, dist, cfg
 
-    def minibatch_loss(self, tokens: Any, batch: Any, parts: Any) -> Callable:
+    def minibatch_loss(self, tokens: TokenBatch, batch: StepBatch, parts: Parts) -> MinibatchLoss:
         def loss(idx: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
             mb = self.engine.reweight(tokens.minibatch(idx), idx)  # vllm: TIS weights
             logp, entropy = self.policy.score(mb.inputs, self.cfg.rollout.temperature)
@@ -56,48 +124,70 @@ class Actor:
                 logp, mb.old_logprobs, mb.advantages, mb.mask, config=self.loss_cfg,
                 flags=mb.flags, entropy=entropy, ref_logp=mb.ref_logprobs,
             )  # fmt: skip
-            return value * self.dist.loss_scale(mb.mask, self.cfg.loss.agg), metrics
+            return value * self.dist.loss_scale(mb.mask, self.loss_cfg.agg), metrics
 
         return loss
 
 
 def train_learners(
-    learners: list[Any], tokens: Any, batch: Any, parts: dict[str, np.ndarray], trainer: Any
+    learners: Sequence[Learner],
+    tokens: TokenBatch,
+    batch: StepBatch,
+    parts: Parts,
+    *,
+    optim: OptimConfig,
+    dist: Dist,
+    rng: np.random.Generator,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
     """PPO epochs for each learner in turn (the actor first), each on its own optimizer;
-    the mean of each metric. ``trainer``: its ``cfg``, ``dist`` and ``shuffle_rng`` are read.
-    Rows are steps (the token batch's, the same as the step table's). A learner with
-    ``log_update`` also reports its grad norm, its loss and ``skipped_updates`` (updates
-    dropped for a non-finite loss or gradient; their minibatch metrics are left out)."""
-    optim, metrics, n = trainer.cfg.optim, {}, len(tokens)
+    the mean of each metric. ``optim``: epochs, minibatch size and clipping; ``rng``: the
+    minibatch order (the trainer's ``shuffle_rng``); ``stop()``: asked between epochs (the
+    time budget). Rows are steps (the token batch's, the same as the step table's). A
+    learner with ``log_update`` also reports its grad norm, its loss and ``skipped_updates``
+    (updates dropped for a non-finite loss or gradient; their minibatch metrics are left
+    out)."""
+    metrics: dict[str, float] = {}
+    n = len(tokens)
+    chunks = dist.max_int(max(1, round(n / optim.minibatch_size)))  # same on all ranks
     for learner in learners:
-        chunks = trainer.dist.max_int(max(1, round(n / optim.minibatch_size)))  # same on all ranks
-        loss_of = learner.minibatch_loss(tokens, batch, parts)
-        learner.module.train()
-        skipped = []
-
-        def step(
-            idx: np.ndarray, learner: Any = learner, loss_of: Callable = loss_of, skipped=skipped
-        ):
-            loss, out = loss_of(idx)
-            norm, stepped = apply_gradients(
-                loss, learner.opt, learner.module, trainer.dist, optim.max_grad_norm
-            )
-            if not stepped:
-                skipped.append(1)
-                return {}
-            if learner.log_update:
-                if norm is not None:
-                    out[f"{learner.name}/grad_norm"] = norm
-                out[f"{learner.name}/loss"] = float(loss.detach())
-            return out
-
+        step, skipped = _learner_step(learner, tokens, batch, parts, optim, dist)
         epochs = learner.epochs or optim.epochs
-        stop = getattr(trainer, "out_of_time", None)  # the time budget, checked between epochs
-        metrics.update(run_epochs(n, epochs, chunks, trainer.shuffle_rng, step, stop))
+        metrics.update(run_epochs(n, epochs, chunks, rng, step, stop))
         if learner.log_update:
             metrics[f"{learner.name}/skipped_updates"] = float(len(skipped))
     return metrics
+
+
+def _learner_step(
+    learner: Learner,
+    tokens: TokenBatch,
+    batch: StepBatch,
+    parts: Parts,
+    optim: OptimConfig,
+    dist: Dist,
+) -> tuple[Step, list[int]]:
+    """One minibatch update of ``learner`` as a ``Step``, and the list it appends to for
+    each update it skips."""
+    loss_of = learner.minibatch_loss(tokens, batch, parts)
+    learner.module.train()
+    skipped: list[int] = []
+
+    def step(idx: np.ndarray) -> dict[str, float]:
+        loss, out = loss_of(idx)
+        norm, stepped = apply_gradients(
+            loss, learner.opt, learner.module, dist, optim.max_grad_norm
+        )
+        if not stepped:
+            skipped.append(1)
+            return {}
+        if learner.log_update:
+            if norm is not None:
+                out[f"{learner.name}/grad_norm"] = norm
+            out[f"{learner.name}/loss"] = float(loss.detach())
+        return out
+
+    return step, skipped
 
 
 def run_epochs(
@@ -125,7 +215,7 @@ def apply_gradients(
     loss: torch.Tensor,
     opt: torch.optim.Optimizer,
     module: torch.nn.Module,
-    dist: Any,
+    dist: Dist,
     max_grad_norm: float | None,
 ) -> tuple[float | None, bool]:
     """Backward, average gradients over ranks, clip to ``max_grad_norm``, step.

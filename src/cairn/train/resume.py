@@ -12,70 +12,72 @@ turns any error while putting a part back into a CheckpointError naming the key.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from cairn.train.checkpoint import CheckpointError
+from cairn.train.state import put
+
+if TYPE_CHECKING:
+    from cairn.train.trainer import Trainer
 
 __all__ = ["restore_trainer", "trainer_state"]
 
 
-def trainer_state(t: Any) -> dict[str, Any]:
+def trainer_state(trainer: Trainer) -> dict[str, Any]:
+    """What a checkpoint keeps of ``trainer`` besides its weights (module docstring)."""
+    ref = trainer.ref_model
     return {
-        "iteration": t.iteration,
-        "episodes": t.episodes,
-        "train_seconds": t.train_seconds,
-        "wall_seconds": t.wall(),
-        "evals": t.evals,
-        "warmup": t.warmup_stats,
-        "optimizer": t.opt.state_dict(),
-        "task_rng": t.task_rng.bit_generator.state,
-        "shuffle_rng": t.shuffle_rng.bit_generator.state,
-        "sample_gen": t.sample_gen.get_state(),
-        "torch_rng": torch.get_rng_state(),
-        "ref_model": t.ref_model.state_dict() if t.ref_model is not None else None,
-        **{f"{x.name}_optimizer": x.opt.state_dict() for x in t.learners},
-        "exploration": t.exploration.state_dict(),
-        "rewards": [r.state_dict() if hasattr(r, "state_dict") else None for r in t.rewards],
-        "metrics": list(t.log.unsaved_rows),
+        **trainer.state.state_dict(wall_seconds=trainer.wall()),  # counters, random streams
+        "optimizer": trainer.opt.state_dict(),
+        "ref_model": ref.state_dict() if ref is not None else None,
+        **{f"{x.name}_optimizer": x.opt.state_dict() for x in trainer.learners},
+        "exploration": trainer.exploration.state_dict(),
+        "rewards": [_reward_state(r) for r in trainer.rewards],
+        "metrics": list(trainer.log.unsaved_rows),
     }
 
 
-def restore_trainer(t: Any, state: dict[str, Any]) -> None:
-    """Put ``state`` back into trainer ``t``; CheckpointError (one line, naming the key)
+def restore_trainer(trainer: Trainer, state: dict[str, Any]) -> None:
+    """Put ``state`` back into ``trainer``; CheckpointError (one line, naming the key)
     when a part does not fit this trainer, checked before anything changes."""
-    _check_optimizer(t.opt, state["optimizer"], "optimizer")
-    for x in t.learners:
+    _check_optimizer(trainer.opt, state["optimizer"], "optimizer")
+    for x in trainer.learners:
         _check_optimizer(x.opt, state.get(f"{x.name}_optimizer"), f"{x.name}_optimizer")
-    t.iteration, t.episodes = state["iteration"], state["episodes"]
-    t.train_seconds, t.evals = state["train_seconds"], state["evals"]
-    t.wall_seconds = state.get("wall_seconds", 0.0)  # older checkpoints: this session only
-    t.warmup_stats = state.get("warmup", {})  # the warm-up ran before the first checkpoint
-    _put("optimizer", t.opt.load_state_dict, state["optimizer"])
-    _put("task_rng", setattr, t.task_rng.bit_generator, "state", state["task_rng"])
-    _put("shuffle_rng", setattr, t.shuffle_rng.bit_generator, "state", state["shuffle_rng"])
-    _put("sample_gen", t.sample_gen.set_state, state["sample_gen"])
-    _put("torch_rng", torch.set_rng_state, state["torch_rng"])
-    if t.ref_model is not None and state["ref_model"] is not None:
-        _put("ref_model", t.ref_model.load_state_dict, state["ref_model"])
-    for x in t.learners:
+    trainer.state.load_state_dict(state)
+    put("optimizer", trainer.opt.load_state_dict, state["optimizer"])
+    if trainer.ref_model is not None and state["ref_model"] is not None:
+        put("ref_model", trainer.ref_model.load_state_dict, state["ref_model"])
+    for x in trainer.learners:
         if state.get(f"{x.name}_optimizer") is not None:
-            _put(f"{x.name}_optimizer", x.opt.load_state_dict, state[f"{x.name}_optimizer"])
+            put(f"{x.name}_optimizer", x.opt.load_state_dict, state[f"{x.name}_optimizer"])
     if "exploration" in state:
-        _put("exploration", t.exploration.load_state_dict, state["exploration"])
-    for i, (reward, saved) in enumerate(zip(t.rewards, state.get("rewards", []), strict=False)):
+        put("exploration", trainer.exploration.load_state_dict, state["exploration"])
+    saved_rewards = state.get("rewards", [])
+    for i, (reward, saved) in enumerate(zip(trainer.rewards, saved_rewards, strict=False)):
         if saved is not None:
-            _put(f"rewards[{i}]", reward.load_state_dict, saved)
+            put(f"rewards[{i}]", _load_reward, reward, saved)
 
 
-def _put(key: str, load: Callable[..., Any], *args: Any) -> None:
-    try:
-        load(*args)
-    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-        raise CheckpointError(f"checkpoint state {key} does not fit this run: {first}") from None
+@runtime_checkable
+class _Stateful(Protocol):
+    """A reward with a state (a count-based bonus keeps its table of states and counts)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def _reward_state(reward: object) -> dict[str, Any] | None:
+    """A reward's state; None when it keeps none."""
+    return reward.state_dict() if isinstance(reward, _Stateful) else None
+
+
+def _load_reward(reward: object, saved: dict[str, Any]) -> None:
+    if not isinstance(reward, _Stateful):
+        raise TypeError(f"this run's reward {type(reward).__name__} keeps no state")
+    reward.load_state_dict(saved)
 
 
 def _check_optimizer(opt: torch.optim.Optimizer, saved: Any, key: str) -> None:

@@ -1,16 +1,24 @@
-"""The training loop. One iteration, top to bottom:
+"""The training loop. One iteration (``Trainer.train_iteration``), stage by stage:
 
-    rollout   -> B task instances x G episodes with the current policy (rewards applied)
-    score     -> the step table (StepBatch) of those episodes
-    advantage -> cairn.advantages.compute(batch, cfg.advantage): the estimator, then whitening
-    loss      -> PPO epochs over shuffled minibatches of the token batch, for every learner
-    log       -> metrics.jsonl, trajectories, live line; greedy eval; checkpoint
+    sample     B task seeds -> B groups x G episodes: the rollout strategy, with the
+               exploration hooks around it (``Exploration.wrap``)
+    rewards    the configured rewards (shaped, intrinsic) added to the env's
+    observe    exploration observers see the scored episodes (EMPO2 writes its tips)
+    keep       groups with signal are kept and the missing ones sampled again from fresh
+               seeds (DAPO's dynamic sampling, ``cairn.rollout.dynamic``; off: one round)
+    advantage  the step table (a learner may fill columns first, e.g. the value), then
+               ``cairn.advantages.compute``: the estimator, then the whitening
+    update     the token batch (+ KL reference log-probs) -> PPO epochs over shuffled
+               minibatches, for the actor and every other learner; weights to the sampler
+    log        counters, trajectories, the metrics row; then (``run``) greedy eval,
+               metrics.jsonl and the live line, checkpoint
 
 Nothing here knows a specific estimator, env, strategy or method: they come by name from
 the config, and what a method needs arrives as data (step columns, per-token flags the
 loss config interprets, estimator parts) or as a wrapper around the rollout strategy.
-Everything random is drawn from generators whose states are checkpointed, so a resumed
-run repeats an uninterrupted one exactly.
+The counters and every random stream live in ``TrainState`` (``cairn.train.state``), whose
+state is checkpointed with the rest (``cairn.train.resume``), so a resumed run repeats an
+uninterrupted one exactly.
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -37,12 +46,13 @@ from cairn.rollout import (
     EnvFactory,
     RolloutContext,
     RolloutSettings,
+    Strategy,
     make_env_pool,
     make_strategy,
     rollout,
     tasks_for_groups,
 )
-from cairn.rollout.dynamic import DynamicSampling
+from cairn.rollout.dynamic import SamplingRounds
 from cairn.train import budget
 from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from cairn.train.config import Config
@@ -52,6 +62,7 @@ from cairn.train.resume import restore_trainer, trainer_state
 from cairn.train.runconfig import CONFIG_COPY, config_sha256, config_writer, record_amendment
 from cairn.train.runlog import RunLog
 from cairn.train.setup import build_policy_engine, new_run_dir, sampling_settings
+from cairn.train.state import TrainState
 from cairn.train.summary import episode_stats, summarize
 from cairn.train.warmup import run_warmup_stage
 
@@ -95,41 +106,31 @@ class Trainer:
         self.policy, self.engine, self.prompt = build_policy_engine(
             cfg, self.train_envs.take(1)[0], self.dir, self.dist, ckpt
         )
+        loss_cfg = LossConfig(**cfg.model_dump()["loss"])
         # The KL reference: LoRA's base with adapters off (no copy), else a frozen copy.
-        ref = reference_model(self.policy.model) if cfg.loss.kl_coef > 0 else None
+        ref = reference_model(self.policy.model) if loss_cfg.kl_coef > 0 else None
         self.ref_model = ref.requires_grad_(False) if ref is not None else None
         params, o = self.policy.model.parameters(), cfg.optim
         self.opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
-        loss_cfg = LossConfig(**cfg.loss.model_dump())
         self.actor = Actor(self.policy, self.opt, self.engine, loss_cfg, self.dist, cfg)
         self.learners = build_learners(cfg, self.policy, ckpt)  # beside the actor, own optims
         self.sampling = sampling_settings(cfg, self.policy)
         strategy = make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
-        # Exploration methods, then resampling of groups without signal, wrap the strategy.
+        # Exploration methods hook around the strategy (``sample``); the rewards follow.
         self.exploration = Exploration(
             cfg.exploration, policy=self.policy, prompt=self.prompt, env_factory=env_factory,
             run_dir=self.dir, seed=cfg.seed,
         )  # fmt: skip
         self.rewards = [make_reward(r.name, **r.options) for r in cfg.rewards]
         self.reward_ctx = RewardContext(policy=self.policy, prompt=self.prompt)
-        self.strategy = DynamicSampling(
-            self.exploration.wrap(strategy),
-            enabled=cfg.rollout.dynamic_sampling, max_rounds=cfg.rollout.max_sampling_rounds,
-            draw_seeds=self._draw_seeds, group_stride=cfg.rollout.groups,
-            score=self._score_rollout,
-        )  # fmt: skip
-        # Random streams: tasks, minibatch order, token sampling (all checkpointed).
+        self.strategy: Strategy = self.exploration.wrap(strategy)
+        # Counters and random streams (tasks, minibatch order, token sampling): checkpointed.
         rank = self.dist.rank
-        self.task_rng = np.random.default_rng([cfg.seed, 1, rank] if rank else [cfg.seed, 1])
-        self.shuffle_rng = np.random.default_rng([cfg.seed, 2])
-        self.sample_gen = torch.Generator().manual_seed(cfg.seed * 7919 + 3 + 104729 * rank)
+        self.state = TrainState.start(cfg.seed, rank)
         self.local_groups = len(self.dist.shard(range(cfg.rollout.groups)))  # this rank's share
         if self.local_groups == 0:
             raise ValueError(f"rollout.groups={cfg.rollout.groups} < {self.dist.world} ranks")
-        self.iteration, self.episodes, self.train_seconds = 0, 0, 0.0
-        self.wall_seconds, self._started = 0.0, time.time()  # wall of the sessions before
-        self.evals: list[dict[str, Any]] = []
-        self.warmup_stats: dict[str, float] = {}  # the format warm-up stage (train/warmup.py)
+        self._started = time.time()  # this session's start (the earlier ones: state)
         self.env_factory = env_factory
         log_dir = self.dir if self.dist.is_main else self.dir / "ranks" / str(rank)
         self.log = RunLog(
@@ -137,6 +138,31 @@ class Trainer:
         )
         if ckpt is not None:
             self._restore(ckpt)
+
+    # -- the counters (``self.state``'s), read and written by name ----------------------------
+    @property
+    def iteration(self) -> int:
+        return self.state.iteration
+
+    @iteration.setter
+    def iteration(self, value: int) -> None:
+        self.state.iteration = value
+
+    @property
+    def episodes(self) -> int:
+        return self.state.episodes
+
+    @episodes.setter
+    def episodes(self, value: int) -> None:
+        self.state.episodes = value
+
+    @property
+    def train_seconds(self) -> float:
+        return self.state.train_seconds
+
+    @train_seconds.setter
+    def train_seconds(self, value: float) -> None:
+        self.state.train_seconds = value
 
     # ------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -149,10 +175,10 @@ class Trainer:
             raise
 
     def _run(self) -> dict[str, Any]:
-        cfg, self._started = self.cfg, time.time()
-        if self.iteration == 0 and cfg.warmup.enabled and not self.warmup_stats:
-            self.warmup_stats = run_warmup_stage(self)  # then the at-start eval = before RL
-        if self.iteration == 0 and cfg.eval.at_start and not self.evals:
+        cfg, state, self._started = self.cfg, self.state, time.time()
+        if state.iteration == 0 and cfg.warmup.enabled and not state.warmup_stats:
+            state.warmup_stats = run_warmup_stage(self)  # then the at-start eval = before RL
+        if state.iteration == 0 and cfg.eval.at_start and not state.evals:
             self._record_eval(0, self.evaluate())
         while not self._done():
             self.iteration += 1
@@ -167,38 +193,25 @@ class Trainer:
         return summary
 
     def train_iteration(self) -> dict[str, Any]:
+        """One iteration, stage by stage (module docstring); returns its metrics row."""
         cfg, t0 = self.cfg, time.perf_counter()
         self.iteration_started = t0
         lr = self._schedule_lr()
-        # --- rollout (+ shaped rewards) --------------------------------------------------------
+        # --- sample -> rewards -> observe -> keep groups with signal (resample the rest) ----
         tokens_before = self.policy.forward_tokens
-        episodes = self.collect()
+        episodes, rounds = self.collect()
         env_faults = self.train_envs.faults.end_iteration()  # raises past max_env_error_rate
         engine_stats = self.engine.after_rollout(episodes)  # vllm: trainer log-probs, mismatch
         rollout_tokens = self.policy.forward_tokens - tokens_before
         t1 = time.perf_counter()
-        # --- score: one row per step (a learner may fill columns first, e.g. the value) -----
-        for learner in self.learners:
-            learner.score(episodes)
-        batch = to_step_batch(episodes)
         # --- advantage -----------------------------------------------------------------------
-        adv, parts = compute_advantages(batch, cfg.advantage)  # estimate, then whiten
+        batch, adv, parts = self.advantage(episodes)
         t2 = time.perf_counter()
-        # --- loss and update -----------------------------------------------------------------
-        tokens = TokenBatch.from_episodes(
-            episodes, adv, pad_id=self.policy.pad_id, pack=cfg.train.pack_episodes
-        )
-        if self.ref_model is not None:
-            tokens.ref_logprobs = reference_logprobs(
-                self.policy, self.ref_model, tokens, cfg.rollout.temperature
-            )
-        tokens_before = self.policy.forward_tokens
-        actor = self.update(tokens, batch, parts)
-        update_tokens = self.policy.forward_tokens - tokens_before  # every epoch's passes
-        self.engine.sync()  # vllm: the new weights to the sampler
+        # --- update --------------------------------------------------------------------------
+        actor, update_tokens = self.learn(episodes, batch, adv, parts)
         t3 = time.perf_counter()
         # --- log -----------------------------------------------------------------------------
-        self.episodes += int(self.dist.sum(self.strategy.sampled))
+        self.episodes += int(self.dist.sum(rounds.sampled))
         self.train_seconds = self.dist.broadcast_object(self.train_seconds + t3 - t0)
         if cfg.log.trajectories_every and self.iteration % cfg.log.trajectories_every == 0:
             self._dump(episodes, adv, parts)
@@ -210,7 +223,7 @@ class Trainer:
             **episode_stats(played, "rollout"),
             "rollout/forward_tokens": rollout_tokens,
             "update/forward_tokens": update_tokens,
-            "rollout/dropped_groups": self.strategy.dropped,
+            "rollout/dropped_groups": rounds.dropped,
             **env_faults,
             "adv/mean": float(adv.mean()),
             "adv/std": float(adv.std()),
@@ -226,20 +239,77 @@ class Trainer:
             **engine_stats,
         })  # fmt: skip
 
-    def collect(self) -> list[Episode]:
-        """B groups of G episodes with rewards applied (``self.strategy`` counts them)."""
-        seeds = self._draw_seeds(self.local_groups)
+    # -- the stages ------------------------------------------------------------------------------
+    def collect(self) -> tuple[list[Episode], SamplingRounds]:
+        """This rank's groups of G episodes, scored: sample, rewards, observe, then keep the
+        groups with signal and sample the missing ones again (``rollout.dynamic_sampling``;
+        off: one round, every group kept). Returns the episodes to train on and the rounds'
+        counts (episodes sampled, groups dropped)."""
+        r = self.cfg.rollout
+        rounds = SamplingRounds(
+            self.local_groups, first_episode_id=self.episodes, enabled=r.dynamic_sampling,
+            max_rounds=r.max_sampling_rounds, group_stride=r.groups,
+        )  # fmt: skip
+        missing = self.local_groups
+        while missing:
+            episodes = self.sample(self._draw_seeds(missing), rounds.next_episode_id)
+            rounds.renumber(episodes)  # group ids unique across rounds
+            self.reward(episodes)
+            self.exploration.observe(episodes)  # observers (e.g. a tip memory) see the rewards
+            missing = rounds.keep(episodes)  # groups with signal; how many to sample again
+        return rounds.episodes, rounds
+
+    def sample(self, seeds: Sequence[int], first_episode_id: int) -> list[Episode]:
+        """A group of ``rollout.group_size`` episodes per task seed, with the env's rewards:
+        the rollout strategy with the exploration hooks around it."""
         ctx = RolloutContext(self.policy, self.train_envs, self.prompt, self.sampling,
-                             self.sample_gen, self.episodes)  # fmt: skip
+                             self.state.sample_gen, first_episode_id)  # fmt: skip
         return self.strategy.collect(ctx, seeds, self.cfg.rollout.group_size)
 
-    def _draw_seeds(self, n: int) -> np.ndarray:
-        return self.task_rng.integers(0, TRAIN_SEED_RANGE, size=n)
-
-    def _score_rollout(self, episodes: list[Episode]) -> None:
+    def reward(self, episodes: list[Episode]) -> None:
+        """The configured rewards (shaped, intrinsic, information gain), added in order."""
         for reward in self.rewards:
             reward(episodes, self.reward_ctx)
-        self.exploration.observe(episodes)  # observers (e.g. a tip memory) see the rewards
+
+    def advantage(
+        self, episodes: list[Episode]
+    ) -> tuple[StepBatch, np.ndarray, dict[str, np.ndarray]]:
+        """The step table (one row per step; a learner may fill columns first, e.g. the
+        value), its per-step advantages (the estimator, then the whitening) and the
+        estimator's parts."""
+        for learner in self.learners:
+            learner.score(episodes)
+        batch = to_step_batch(episodes)
+        adv, parts = compute_advantages(batch, self.cfg.advantage)
+        return batch, adv, parts
+
+    def learn(
+        self,
+        episodes: list[Episode],
+        batch: StepBatch,
+        adv: np.ndarray,
+        parts: dict[str, np.ndarray],
+    ) -> tuple[dict[str, float], int]:
+        """The token batch of ``episodes`` with advantages ``adv`` (+ the KL reference's
+        log-probs), the update of every learner, the new weights to the sampler. Returns
+        the learners' metrics and the tokens the update's forward passes read."""
+        cfg = self.cfg
+        tokens = TokenBatch.from_episodes(
+            episodes, adv, pad_id=self.policy.pad_id, pack=cfg.train.pack_episodes
+        )
+        if self.ref_model is not None:
+            tokens.ref_logprobs = reference_logprobs(
+                self.policy, self.ref_model, tokens, cfg.rollout.temperature
+            )
+        tokens_before = self.policy.forward_tokens
+        metrics = self.update(tokens, batch, parts)
+        update_tokens = self.policy.forward_tokens - tokens_before  # every epoch's passes
+        self.engine.sync()  # vllm: the new weights to the sampler
+        return metrics, update_tokens
+
+    def _draw_seeds(self, n: int) -> Sequence[int]:
+        """``n`` task seeds from the task stream (an int64 array: a sequence of ints)."""
+        return cast(Sequence[int], self.state.task_rng.integers(0, TRAIN_SEED_RANGE, size=n))
 
     def update(
         self,
@@ -248,15 +318,23 @@ class Trainer:
         parts: dict[str, np.ndarray] | None = None,
     ) -> dict[str, float]:
         """PPO epochs for the actor, then for each other learner (they read the step table
-        ``batch`` and the estimator's ``parts``); the mean of each metric."""
-        return train_learners([self.actor, *self.learners], tokens, batch, parts or {}, self)
+        ``batch`` and the estimator's ``parts``); the mean of each metric. The actor reads
+        neither: it alone may update without them (``batch`` None)."""
+        if batch is None and self.learners:
+            names = ", ".join(x.name for x in self.learners)
+            raise ValueError(f"update: the learners beside the actor ({names}) need the step table")
+        return train_learners(
+            [self.actor, *self.learners], tokens, cast(StepBatch, batch), parts or {},
+            optim=self.cfg.optim, dist=self.dist, rng=self.state.shuffle_rng,
+            stop=self.out_of_time,
+        )  # fmt: skip
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Greedy episodes on held-out seeds (``eval.seed_offset + i``)."""
         cfg = self.cfg
         seeds = self.dist.shard(cfg.eval.seed_offset + np.arange(cfg.eval.episodes))
-        tasks = tasks_for_groups(seeds, 1)
+        tasks = tasks_for_groups(seeds.tolist(), 1)
         settings = RolloutSettings(**{**self.sampling.__dict__, "greedy": True})
         episodes = rollout(
             self.policy, self.eval_envs.take(len(tasks)), tasks, self.prompt, settings
@@ -265,14 +343,14 @@ class Trainer:
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _summary(self, wall: float | None = None) -> dict[str, Any]:
-        wall = self.wall() if wall is None else wall
-        counts = (self.iteration, self.episodes, self.train_seconds)
-        summary = summarize(self.cfg, self.dir, counts, wall, self.evals)
-        return {**summary, "warmup": self.warmup_stats} if self.warmup_stats else summary
+        wall, state = self.wall() if wall is None else wall, self.state
+        counts = (state.iteration, state.episodes, state.train_seconds)
+        summary = summarize(self.cfg, self.dir, counts, wall, state.evals)
+        return {**summary, "warmup": state.warmup_stats} if state.warmup_stats else summary
 
     def wall(self) -> float:
         """Wall seconds of the run: this session's and the checkpointed earlier ones'."""
-        return self.wall_seconds + time.time() - self._started
+        return self.state.wall_seconds + time.time() - self._started
 
     def _done(self) -> bool:
         return budget.done(self.cfg.train, self.iteration, self.episodes, self.train_seconds)
@@ -297,7 +375,7 @@ class Trainer:
 
     def _record_eval(self, iteration: int, stats: dict[str, float]) -> dict[str, float]:
         counts = {"episodes": self.episodes, "train_seconds": self.train_seconds}
-        self.evals.append({"iteration": iteration, **counts, **stats})
+        self.state.evals.append({"iteration": iteration, **counts, **stats})
         if iteration == 0:
             self.log.say(f"untrained greedy success {stats['eval/success']:.3f}")
         return stats
@@ -311,7 +389,7 @@ class Trainer:
 
     def _save(self) -> None:
         if self.dist.is_main:  # every rank holds the same weights
-            extra = {x.name: x.save for x in self.learners}
+            extra: dict[str, Callable[[Path], None]] = {x.name: x.save for x in self.learners}
             extra[CONFIG_COPY] = config_writer(self.cfg)  # the config it was trained with
             save_checkpoint(
                 self.dir,

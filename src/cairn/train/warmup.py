@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -37,6 +37,13 @@ from cairn.data.tokens import collate_scoring
 from cairn.envs import TextEnv
 from cairn.exploration.demos import demo_episode
 from cairn.rollout.envpool import GuardedEnv
+
+if TYPE_CHECKING:
+    from cairn.agent import PromptBuilder
+    from cairn.policies.hf import HFPolicy
+    from cairn.rollout import RolloutSettings
+    from cairn.train.config import WarmupConfig
+    from cairn.train.trainer import Trainer
 
 __all__ = ["demonstrations", "run_warmup", "run_warmup_stage", "supervised_warmup", "think_text"]
 
@@ -52,10 +59,10 @@ def think_text(observation: str, mode: str = "offsets") -> str:
 
 def demonstrations(
     env: TextEnv,
-    seeds: Sequence[int],
-    policy: Any,
-    prompt: Any,
-    settings: Any,
+    seeds: Iterable[int],
+    policy: HFPolicy,
+    prompt: PromptBuilder,
+    settings: RolloutSettings,
     think: str = "offsets",
 ) -> list[Episode]:
     """Solver episodes on ``seeds`` with prompt and completion ids as the rollout makes them
@@ -78,7 +85,7 @@ def demonstrations(
 
 
 def supervised_warmup(
-    policy: Any,
+    policy: HFPolicy,
     steps: Sequence[Step],
     *,
     epochs: int,
@@ -123,7 +130,12 @@ def supervised_warmup(
 
 
 def run_warmup(
-    cfg: Any, policy: Any, env: TextEnv, prompt: Any, settings: Any, seed: int
+    cfg: WarmupConfig,
+    policy: HFPolicy,
+    env: TextEnv,
+    prompt: PromptBuilder,
+    settings: RolloutSettings,
+    seed: int,
 ) -> dict[str, float]:
     """The whole stage (``cfg``: the config's ``warmup`` section): demonstrations on seeds
     from the warm-up's own stream, then the supervised passes; returns its stats."""
@@ -148,13 +160,14 @@ def run_warmup(
     }
 
 
-def run_warmup_stage(trainer: Any) -> dict[str, float]:
+def run_warmup_stage(trainer: Trainer) -> dict[str, float]:
     """The warm-up as a stage of ``trainer``'s run (before its at-start eval): a fresh env,
     the trainer's policy, prompt and sampling settings; the KL reference and the engine
     follow the warmed-up weights. Returns the stage's stats."""
     from cairn.policies.lora import has_adapters, reference_model
 
-    env = GuardedEnv(trainer.env_factory(), getattr(trainer.env_factory, "name", ""))
+    guarded = GuardedEnv(trainer.env_factory(), getattr(trainer.env_factory, "name", ""))
+    env = cast(TextEnv, guarded)  # a proxy: the env's methods, env faults named as such
     try:
         stats = run_warmup(
             trainer.cfg.warmup, trainer.policy, env, trainer.prompt, trainer.sampling,

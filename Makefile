@@ -3,9 +3,6 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_WORKERS ?= 2
-# train/ modules type-checked so far (the rest of train/ is not yet)
-MYPY_TRAIN := src/cairn/train/state.py src/cairn/train/resume.py src/cairn/train/warmup.py \
-	src/cairn/train/learners.py src/cairn/train/trainer.py
 
 .PHONY: demo test test-slow lint format bench clean
 
@@ -40,7 +37,6 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy  # the packages in pyproject.toml's [tool.mypy] files
-	$(VENV)/bin/mypy $(MYPY_TRAIN)  # the trainer's spine, with pyproject.toml's settings
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks

@@ -195,6 +195,20 @@ def test_verl_loop_records_cairns_steps(tok, fmt, style, format_reward, instruct
     assert verl_settings.settings(NEW_TOKENS, 1.0, 1.0, PROMPT_LENGTH) == settings
 
 
+@pytest.mark.parametrize("style", ["flat", "chat"])
+def test_a_response_prefix_means_the_same_in_both(tok, style, monkeypatch):
+    """agent.response_prefix: both loops write it at the end of every turn's prompt and
+    parse prefix + reply alike."""
+    agent = {**_agent("tagged", style, 0.05, None), "response_prefix": "<action>"}
+    want, settings = _cairn_side(tok, agent, 3)
+    got, outputs, _ = _verl_side(tok, agent, 3, monkeypatch)
+    assert [_recorded(s) for s in got.steps] == [_recorded(s) for s in want.steps]
+    assert got.meta == want.meta and settings.response_prefix == "<action>"
+    prefix = tok("<action>", add_special_tokens=False)["input_ids"]
+    assert all(s.prompt_ids[-len(prefix) :] == prefix for s in want.steps)
+    assert [o.prompt_ids for o in outputs] == [s.prompt_ids for s in want.steps]
+
+
 def test_context_budget_drops_old_turns_in_both(tok, monkeypatch):
     # A budget that holds the chat prompt of only some earlier turns: both loops drop the
     # same oldest turns (meta["context_dropped"]) and record the same prompts.

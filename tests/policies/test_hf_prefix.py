@@ -16,12 +16,15 @@ from cairn.policies.lora import LoraSpec, apply_lora
 from cairn.policies.tiny import build_tiny_model, tiny_config
 
 
-def _policy(arch: str = "llama") -> tuple[HFPolicy, list[list[int]]]:
+def _policy(arch: str = "llama", attn: str = "eager") -> tuple[HFPolicy, list[list[int]]]:
     """The tiny model (seed 0) and 6 prompts: one 30-token instruction, then rooms of
-    different lengths (5 distinct, the last repeats the first)."""
+    different lengths (5 distinct, the last repeats the first). ``attn``: the attention
+    kernels (pretrained models load with sdpa)."""
     env = make("sokoban", render="compact", max_solution=5)
     tok = local_tokenizer(env, env.instruction)
-    config = tiny_config(len(tok), arch=arch, pad_token_id=0, eos_token_id=2)
+    config = tiny_config(
+        len(tok), arch=arch, pad_token_id=0, eos_token_id=2, attn_implementation=attn
+    )
     policy = HFPolicy(build_tiny_model(config, seed=0), tok)
     head = policy.encode(" ".join(["wall box goal up"] * 8))[:30]
     prompts = []
@@ -48,9 +51,10 @@ def test_shared_length_worked_numbers():
     assert _common_prefix([(4,), (5,)]) == 0
 
 
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("greedy", [False, True])
-def test_generation_samples_the_same_tokens(greedy):
-    policy, prompts = _policy()
+def test_generation_samples_the_same_tokens(greedy, attn):
+    policy, prompts = _policy(attn=attn)
     runs = {}
     for share in (False, True):
         policy.share_prefix, policy.forward_tokens = share, 0
@@ -102,9 +106,11 @@ def _assert_same(policy: HFPolicy, batch) -> tuple[int, int]:
     return old_tokens, new_tokens
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_scoring_equals_the_full_forward_values_and_gradients(arch):
-    policy, prompts = _policy(arch)
+@pytest.mark.parametrize(
+    ("arch", "attn"), [("llama", "eager"), ("qwen2", "eager"), ("llama", "sdpa")]
+)
+def test_scoring_equals_the_full_forward_values_and_gradients(arch, attn):
+    policy, prompts = _policy(arch, attn)
     batch = _batch(policy, prompts)
     old, new = _assert_same(policy, batch)
     # 6 distinct contexts share the 30-token head: it runs once, not 6 times.

@@ -2,7 +2,7 @@
 before and after issue 25's work on generation and scoring, in one script with
 alternating arms.
 
-    python benchmarks/multiturn_speed.py [--repeats 2] [--iterations 2]
+    python benchmarks/multiturn_speed.py [--repeats 2] [--iterations 2] [--set KEY=VALUE]
     python benchmarks/multiturn_speed.py --dry     # seconds: 1 tiny iteration per arm
 
 Arms (each a fresh process, so torch's thread pool and the model load are the same):
@@ -205,7 +205,8 @@ def table(results: list[dict], arms: list[str], args: argparse.Namespace, load) 
         f"{platform.python_version()}, torch {results[0]['torch']}), load average "
         f"{load[0]:.1f} before and {load[1]:.1f} after, by `python "
         f"benchmarks/multiturn_speed.py --repeats {args.repeats} --iterations "
-        f"{args.iterations}{' --exact' if args.exact else ''}`: {CONFIG}, seed 0, "
+        f"{args.iterations}{' --exact' if args.exact else ''}"
+        f"{''.join(f' --set {s}' for s in args.set)}`: {CONFIG}, seed 0, "
         f"train.threads 1, arms alternating ({', '.join(arms)}), each a fresh process; "
         "medians over all iterations (spread min-max). Speed-up of the median iteration "
         f"over before: {ratios}."
@@ -237,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--exact", action="store_true", help="also the bit-identical 'exact' arm")
     ap.add_argument("--dry", action="store_true", help="1 tiny iteration per arm, no file")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every arm (e.g. a smaller rollout)",
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -244,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads(args.arm)
         print(json.dumps(arm(spec["arm"], spec["iterations"], spec["extra"])))
         return 0
-    extra = DRY if args.dry else []
+    extra = (DRY if args.dry else []) + args.set
     if args.dry:
         args.repeats, args.iterations = 1, 1
     arms = ["before", "after", *(["exact"] if args.exact else [])]

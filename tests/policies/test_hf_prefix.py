@@ -10,10 +10,11 @@ import torch
 
 from cairn.data.tokens import collate_scoring
 from cairn.envs import make
-from cairn.policies import HFPolicy, local_tokenizer
+from cairn.policies import HFPolicy, build_policy, local_tokenizer, save_model_dir
 from cairn.policies.hf import _common_prefix
 from cairn.policies.lora import LoraSpec, apply_lora
 from cairn.policies.tiny import build_tiny_model, tiny_config
+from cairn.train.config import ModelConfig
 
 
 def _policy(arch: str = "llama", attn: str = "eager") -> tuple[HFPolicy, list[list[int]]]:
@@ -140,3 +141,14 @@ def test_gradient_checkpointing_scores_the_whole_contexts(lora):
     policy.model.train()
     old, new = _assert_same(policy, _batch(policy, prompts))
     assert old == new
+
+
+def test_pretrained_models_share_the_prefix_the_tiny_default_does_not(tmp_path):
+    # The tiny default's recorded runs stay bit-identical; a model loaded by path shares.
+    policy, _ = _policy()
+    env = make("sokoban", render="compact", max_solution=5)
+    folder = save_model_dir(policy, tmp_path / "tiny")
+    loaded = build_policy(ModelConfig(path=str(folder)), env, env.instruction, seed=0)
+    assert loaded.share_prefix and loaded.drop_finished
+    default = build_policy(ModelConfig(), env, env.instruction, seed=0)
+    assert not default.share_prefix and not default.drop_finished

@@ -170,9 +170,10 @@ def build_policy(
             torch.manual_seed(seed)
             model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
     policy = HFPolicy(model, tokenizer, device=cfg.device)
-    # Pretrained models drop finished rows while generating (not the tiny default: its
-    # recorded runs stay bit-identical; see HFPolicy.drop_finished).
-    policy.drop_finished = cfg.path is not None
+    # Pretrained models drop finished rows while generating and run their prompts' shared
+    # prefix once (not the tiny default: its recorded runs stay bit-identical; see
+    # HFPolicy.drop_finished and share_prefix).
+    policy.drop_finished = policy.share_prefix = cfg.path is not None
     return policy
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from inspect import signature
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -69,10 +70,20 @@ class HFPolicy:
     the last bits of the logits (BLAS blocking depends on the row count), so it is off by
     default and the tiny presets' runs stay bit-identical. ``score_chunk``: response
     positions per chunk of the output head in ``score`` (peak memory ~ score_chunk x V).
+
+    ``share_prefix``: the tokens that all distinct prompts of a ``generate`` call (or all
+    contexts of a ``score`` call) begin with go through the model once, as one row whose
+    KV cache every row then attends to (``_shared_prefix``); real-model prompts open with
+    the same instruction and demonstration (301 of sokoban_smol's ~530 tokens). The
+    numbers equal the full forward's up to float rounding (a different batch shape), not
+    bit for bit, so it is off by default like ``drop_finished``. ``min_shared_prefix``:
+    shorter common prefixes are not worth the extra forward.
     """
 
     drop_finished: bool = False
     score_chunk: int = 1024
+    share_prefix: bool = False
+    min_shared_prefix: int = 16
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu"):
         self.model = model.to(device)
@@ -131,11 +142,11 @@ class HFPolicy:
         # then expand logits and cache to one row per prompt.
         index: dict[tuple[int, ...], int] = {}
         rows = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts])
-        ids, attn = left_pad(list(index), self.pad_id)
-        ids, attn, rows = ids.to(self.device), attn.to(self.device), rows.to(self.device)
-        pos = _positions(attn)
         self.model.eval()
-        cache = None
+        # A prefix shared by every distinct prompt is prefilled once (``share_prefix``).
+        cache, ids, attn = self._shared_prefix(self.model, list(index), keep=1, logits_to_keep=1)
+        ids, attn, rows = ids.to(self.device), attn.to(self.device), rows.to(self.device)
+        pos = _positions(attn)[:, attn.shape[1] - ids.shape[1] :]  # of the columns fed
         live = torch.arange(n)  # the output row of each batch row (all, until rows are dropped)
         for step in range(max_new_tokens):
             out = self.model(
@@ -192,6 +203,44 @@ class HFPolicy:
             )
             for i in range(n)
         ]
+
+    def _shared_prefix(
+        self, module: torch.nn.Module, rows: Sequence[Sequence[int]], keep: int, **kwargs: Any
+    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """(KV cache or None, ids (U, W), attention mask (U, P + W)) to feed ``module`` (the
+        model or its decoder; ``kwargs`` go to its forward) for the U token rows ``rows``.
+
+        With ``share_prefix`` and P >= ``min_shared_prefix`` tokens that all U >= 2 rows
+        begin with (leaving at least ``keep`` tokens of every row after them), the P tokens
+        go through ``module`` once, as one row at positions 0..P-1, and its cache is
+        repeated for the U rows; ``ids`` are the rows' remaining tokens, left-padded, and
+        the mask covers [prefix | padding | rest] (padding in the middle: the positions
+        follow the mask). Attention to the prefix's keys is what the full forward computes,
+        so only float rounding differs. Otherwise: no cache, the whole rows left-padded.
+        """
+        shared = self._shared_length(rows, keep)
+        if not shared:
+            ids, attn = left_pad(rows, self.pad_id)
+            return None, ids, attn
+        prefix = torch.tensor([list(rows[0][:shared])], device=self.device)  # (1, P)
+        out = module(
+            input_ids=prefix,
+            position_ids=torch.arange(shared, device=self.device)[None],
+            use_cache=True,
+            **kwargs,
+        )
+        self.forward_tokens += shared
+        cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
+        ids, rest = left_pad([r[shared:] for r in rows], self.pad_id)
+        return cache, ids, torch.cat([rest.new_ones((len(rows), shared)), rest], dim=1)
+
+    def _shared_length(self, rows: Sequence[Sequence[int]], keep: int) -> int:
+        """Tokens ``_shared_prefix`` runs once for ``rows`` (0: none)."""
+        if not self.share_prefix or len(rows) < 2:
+            return 0
+        shared = min(_common_prefix(rows), min(map(len, rows)) - keep)
+        return shared if shared >= self.min_shared_prefix else 0
 
     @staticmethod
     def _running(live: torch.Tensor, finish: list[str]) -> torch.Tensor | None:
@@ -286,14 +335,21 @@ class HFPolicy:
         if split is None:
             return self._score_logits(batch, temperature, with_entropy)
         decoder, head = split
-        attn = batch.attention_mask.to(self.device)
+        cache, ids, attn = None, batch.input_ids, batch.attention_mask
+        if self.share_prefix and not _checkpointing(self.model):
+            # The contexts' common prefix once (``_shared_prefix``); gradients reach it
+            # through the cache rows, summed over the contexts that attend to it.
+            rows = _unpadded(ids, attn)
+            cache, ids, attn = self._shared_prefix(decoder, rows, keep=batch.actions.shape[1])
+        ids, attn = ids.to(self.device), attn.to(self.device)
         hidden = decoder(
-            input_ids=batch.input_ids.to(self.device),
+            input_ids=ids,
             attention_mask=attn,
-            position_ids=_positions(attn),
-            use_cache=False,
-        ).last_hidden_state  # (U, L, H)
-        self.forward_tokens += int(attn.sum())
+            position_ids=_positions(attn)[:, attn.shape[1] - ids.shape[1] :],
+            use_cache=cache is not None,
+            **({_cache_kwarg_of(type(decoder)): cache} if cache is not None else {}),
+        ).last_hidden_state  # (U, W, H): W = L without the shared prefix
+        self.forward_tokens += int(attn[:, attn.shape[1] - ids.shape[1] :].sum())
         mask = batch.action_mask.to(self.device)
         rows, cols = mask.nonzero(as_tuple=True)  # (N,) response positions
         # The logits at context column L - A + j predict action column j.
@@ -357,6 +413,32 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
 @lru_cache(maxsize=64)
 def _cache_kwarg_of(cls: type) -> str:
     return "cache" if "cache" in signature(cls.forward).parameters else "past_key_values"
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Whether the model recomputes activations in its backward (gradient checkpointing):
+    a recomputed layer would append its keys to a shared cache twice."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new, old
+        if hasattr(type(base), name):
+            return bool(getattr(base, name))
+    return False
+
+
+def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix all ``rows`` share: that of the lexicographically
+    smallest and largest (rows between them share at least as much)."""
+    low, high = min(rows), max(rows)
+    for k, (a, b) in enumerate(zip(low, high, strict=False)):
+        if a != b:
+            return k
+    return min(len(low), len(high))
+
+
+def _unpadded(ids: torch.Tensor, attn: torch.Tensor) -> list[list[int]]:
+    """The token rows of left-padded ``ids`` (U, L), without their padding."""
+    lengths = attn.sum(-1).tolist()
+    return [row[len(row) - n :] for row, n in zip(ids.tolist(), lengths, strict=True)]
 
 
 # Config fields of models whose logits are not just the head applied to the decoder's

@@ -1,0 +1,154 @@
+"""A prefix that every prompt (or scored context) begins with goes through the model once
+(``HFPolicy.share_prefix``): the same tokens are sampled for a fixed seed, log-probs,
+entropies and gradients equal the full forward's within float rounding, and the tokens
+pushed through the model fall by the prefix times the rows that share it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cairn.data.tokens import collate_scoring
+from cairn.envs import make
+from cairn.policies import HFPolicy, build_policy, local_tokenizer, save_model_dir
+from cairn.policies.hf import _common_prefix
+from cairn.policies.lora import LoraSpec, apply_lora
+from cairn.policies.tiny import build_tiny_model, tiny_config
+from cairn.train.config import ModelConfig
+
+
+def _policy(arch: str = "llama", attn: str = "eager") -> tuple[HFPolicy, list[list[int]]]:
+    """The tiny model (seed 0) and 6 prompts: one 30-token instruction, then rooms of
+    different lengths (5 distinct, the last repeats the first). ``attn``: the attention
+    kernels (pretrained models load with sdpa)."""
+    env = make("sokoban", render="compact", max_solution=5)
+    tok = local_tokenizer(env, env.instruction)
+    config = tiny_config(
+        len(tok), arch=arch, pad_token_id=0, eos_token_id=2, attn_implementation=attn
+    )
+    policy = HFPolicy(build_tiny_model(config, seed=0), tok)
+    head = policy.encode(" ".join(["wall box goal up"] * 8))[:30]
+    prompts = []
+    for seed in range(5):
+        obs, _ = env.reset(seed=seed)
+        prompts.append(head + policy.encode(" ".join(["box"] * seed) + f" obs: {obs} act:"))
+    return policy, prompts + prompts[:1]
+
+
+def test_shared_length_worked_numbers():
+    policy, _ = _policy()
+    policy.share_prefix, policy.min_shared_prefix = True, 2
+    rows = [[1, 2, 3, 4, 5], [1, 2, 3, 9]]
+    assert policy._shared_length(rows, keep=1) == 3  # common 3, shortest 4 keeps 1
+    assert policy._shared_length(rows, keep=2) == 2  # the shortest row keeps 2 tokens
+    assert policy._shared_length(rows[:1], keep=1) == 0  # one row: nothing to share
+    policy.min_shared_prefix = 4
+    assert policy._shared_length(rows, keep=1) == 0  # 3 < 4: not worth a forward
+    policy.share_prefix, policy.min_shared_prefix = False, 2
+    assert policy._shared_length(rows, keep=1) == 0
+    # The common prefix is that of the smallest and largest rows in lexicographic order.
+    assert _common_prefix([(1, 2, 3, 4), (1, 5), (1, 2, 9)]) == 1
+    assert _common_prefix([(7, 8), (7, 8, 9)]) == 2  # one row is a prefix of the other
+    assert _common_prefix([(4,), (5,)]) == 0
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_generation_samples_the_same_tokens(greedy, attn):
+    policy, prompts = _policy(attn=attn)
+    runs = {}
+    for share in (False, True):
+        policy.share_prefix, policy.forward_tokens = share, 0
+        outs = policy.generate(
+            prompts, max_new_tokens=10, temperature=0.9, greedy=greedy,
+            generator=torch.Generator().manual_seed(4),
+        )  # fmt: skip
+        runs[share] = (outs, policy.forward_tokens)
+    (full, full_tokens), (shared, shared_tokens) = runs[False], runs[True]
+    assert [o.token_ids for o in shared] == [o.token_ids for o in full]
+    assert [o.finish for o in shared] == [o.finish for o in full]
+    for a, b in zip(shared, full, strict=True):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs))
+        torch.testing.assert_close(torch.tensor(a.entropies), torch.tensor(b.entropies))
+    # 5 distinct prompts share exactly their 30-token head (the rooms start with "obs" or
+    # "box"): the head goes through the model once instead of 5 times.
+    assert full_tokens - shared_tokens == 4 * 30
+
+
+def _batch(policy: HFPolicy, prompts: list[list[int]]):
+    """8 rows on the 6 prompts (5 distinct): responses of 1 to 5 tokens; rows 0 and 5, and
+    rows 6 and 7, share a context, so 6 distinct contexts."""
+    words = ["up", "down", "left", "right", "box"]
+    acts = [policy.encode(" ".join(words[: 1 + (i * 3) % 5])) for i in range(8)]
+    ctx = [prompts[i % 6] for i in range(8)]
+    ctx[7], acts[7] = ctx[6], acts[6]
+    return collate_scoring(ctx, acts, None, policy.pad_id)
+
+
+def _scores_and_grads(policy: HFPolicy, batch, share: bool):
+    policy.share_prefix, policy.forward_tokens = share, 0
+    policy.model.zero_grad(set_to_none=True)
+    logp, ent = policy.score(batch, 0.8, True)
+    m = batch.action_mask
+    w = torch.linspace(0.5, 1.5, m.numel()).view(m.shape)
+    ((logp * w)[m].sum() + 0.1 * (ent * w)[m].sum()).backward()
+    grads = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.grad is not None}
+    return logp.detach() * m, ent.detach() * m, grads, policy.forward_tokens
+
+
+def _assert_same(policy: HFPolicy, batch) -> tuple[int, int]:
+    new_lp, new_ent, new_g, new_tokens = _scores_and_grads(policy, batch, share=True)
+    old_lp, old_ent, old_g, old_tokens = _scores_and_grads(policy, batch, share=False)
+    torch.testing.assert_close(new_lp, old_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(new_ent, old_ent, atol=1e-5, rtol=0)
+    assert new_g.keys() == old_g.keys() and new_g
+    for name, g in new_g.items():
+        torch.testing.assert_close(g, old_g[name], atol=1e-5, rtol=1e-5, msg=name)
+    return old_tokens, new_tokens
+
+
+@pytest.mark.parametrize(
+    ("arch", "attn"), [("llama", "eager"), ("qwen2", "eager"), ("llama", "sdpa")]
+)
+def test_scoring_equals_the_full_forward_values_and_gradients(arch, attn):
+    policy, prompts = _policy(arch, attn)
+    batch = _batch(policy, prompts)
+    old, new = _assert_same(policy, batch)
+    # 6 distinct contexts share the 30-token head: it runs once, not 6 times.
+    assert batch.input_ids.shape[0] == 6 and old - new == 5 * 30
+
+
+def test_scoring_with_lora_adapters():
+    policy, prompts = _policy()
+    policy.model = apply_lora(policy.model, LoraSpec(r=4, alpha=8))
+    with torch.no_grad():  # B starts at zero: give the adapters an effect to differentiate
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.05)
+    old, new = _assert_same(policy, _batch(policy, prompts))
+    assert old - new == 5 * 30
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_gradient_checkpointing_scores_the_whole_contexts(lora):
+    # A recomputed layer would append its keys to the shared cache twice: no sharing then.
+    policy, prompts = _policy()
+    policy.model.gradient_checkpointing_enable(
+        gradient_checkpointing_kwargs={"use_reentrant": False}
+    )
+    if lora:  # as build_policy does: checkpointing first, then the adapters
+        policy.model = apply_lora(policy.model, LoraSpec(r=4, alpha=8))
+    policy.model.train()
+    old, new = _assert_same(policy, _batch(policy, prompts))
+    assert old == new
+
+
+def test_pretrained_models_share_the_prefix_the_tiny_default_does_not(tmp_path):
+    # The tiny default's recorded runs stay bit-identical; a model loaded by path shares.
+    policy, _ = _policy()
+    env = make("sokoban", render="compact", max_solution=5)
+    folder = save_model_dir(policy, tmp_path / "tiny")
+    loaded = build_policy(ModelConfig(path=str(folder)), env, env.instruction, seed=0)
+    assert loaded.share_prefix and loaded.drop_finished
+    default = build_policy(ModelConfig(), env, env.instruction, seed=0)
+    assert not default.share_prefix and not default.drop_finished

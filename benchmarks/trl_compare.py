@@ -112,6 +112,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--mode", choices=("lora", "full"), default="lora")
     ap.add_argument("--venv", type=Path, default=VENV, help="TRL's virtual environment")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--need-mb", type=float, default=10000, help="wait for this much free")
+    ap.add_argument("--rows", type=Path, default=ROOT / "runs" / "trl_compare.json")
+    ap.add_argument("--resume", action="store_true", help="continue the rows in --rows")
     ap.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
     ap.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)
     ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
@@ -449,6 +452,10 @@ def child_env() -> dict[str, str]:
     return env
 
 
+class ArmFailed(RuntimeError):
+    """An arm's process ended with an error (or was killed)."""
+
+
 def run_arm(python: str, arm: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Run one arm in a fresh process of ``python``; its JSON answer."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -460,7 +467,7 @@ def run_arm(python: str, arm: str, spec: dict[str, Any]) -> dict[str, Any]:
         os.unlink(f.name)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"{arm} arm failed (exit {proc.returncode}):\n{tail}")
+        raise ArmFailed(f"{arm} arm failed (exit {proc.returncode}):\n{tail}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -549,6 +556,11 @@ def record(rows: list[dict], args: argparse.Namespace, meta: dict[str, Any]) -> 
         f"{'yes' if meta['roundtrip'] else 'NO'}; prompt tokens {prompts}. How each "
         "number is measured: the script's docstring (benchmarks/trl_compare.py).",
         "",
+        f"This session started at repeat {meta.get('resumed', 0)} (``--resume`` keeps the "
+        f"rows of earlier ones), waited {meta.get('waited_min', 0.0):.1f} min for "
+        f"{args.need_mb:.0f} MB of free memory before arms, and lost "
+        f"{len(meta.get('failed', []))} process(es) ({', '.join(meta.get('failed', [])) or '-'}).",
+        "",
         table(rows),
         "Per process:",
         "",
@@ -569,42 +581,70 @@ def main(argv: list[str] | None = None) -> int:
     return drive(args, list(sys.argv[1:] if argv is None else argv))
 
 
+def mem_available_mb() -> float:
+    """``MemAvailable`` of the machine (``/proc/meminfo``), MB."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def wait_for_memory(need_mb: float, timeout_s: float, poll_s: float = 10.0) -> float:
+    """Wait (at most ``timeout_s``) until ``need_mb`` MB are available, so that an arm is
+    not killed by the kernel for other jobs' memory; the seconds waited."""
+    t0 = time.monotonic()
+    while mem_available_mb() < need_mb and time.monotonic() - t0 < timeout_s:
+        time.sleep(poll_s)
+    return time.monotonic() - t0
+
+
 def drive(args: argparse.Namespace, argv: list[str]) -> int:
-    """Alternate the arms within the budget, then write the record."""
+    """Alternate the arms within the budget, then write the record. Rows are saved after
+    every process (``args.rows``); ``--resume`` continues from that file. A process that
+    fails (e.g. killed for memory) loses its pair, which is counted and skipped."""
     trl_py = trl_python(args.venv)
     spec = base_spec(args)
     load_before, started = loadavg_text(), time.monotonic()
-    rows, trl_spec, roundtrip, last = [], None, True, 0.0
-    for rep in range(args.repeats):
+    rows = json.loads(args.rows.read_text()) if args.resume and args.rows.exists() else []
+    first = 1 + max((r["repeat"] for r in rows), default=-1)
+    trl_spec, roundtrip, last, failed, waited = None, True, 0.0, [], 0.0
+    for rep in range(first, first + args.repeats):
         elapsed = time.monotonic() - started
-        if rep and elapsed + last > args.budget_min * 60:
+        if rep > first and elapsed + last > args.budget_min * 60:
             break
         t0 = time.monotonic()
         for arm in ARMS:
-            if arm == "cairn":
-                got = run_arm(sys.executable, arm, spec)
-                if trl_spec is None:
-                    trl_spec = {**spec, "prompts": got["prompts"]}
-                elif got["prompts"] != trl_spec["prompts"]:
-                    raise RuntimeError(f"repeat {rep}: cairn drew other prompts than before")
-            else:
-                got = run_arm(trl_py, arm, trl_spec)
-                roundtrip &= bool(got["roundtrip"])
+            waited += wait_for_memory(args.need_mb, args.budget_min * 60 - elapsed)
+            try:
+                if arm == "cairn":
+                    got = run_arm(sys.executable, arm, spec)
+                    if trl_spec is None:
+                        trl_spec = {**spec, "prompts": got["prompts"]}
+                    elif got["prompts"] != trl_spec["prompts"]:
+                        raise RuntimeError(f"repeat {rep}: cairn drew other prompts than before")
+                else:
+                    got = run_arm(trl_py, arm, trl_spec)
+                    roundtrip &= bool(got["roundtrip"])
+            except ArmFailed as err:
+                print(f"repeat {rep}: {err}", flush=True)
+                failed.append(f"{rep}/{arm}")
+                break
             rows.append({"repeat": rep, "arm": arm, **got["row"]})
             print(json.dumps(rows[-1]), flush=True)
+            args.rows.parent.mkdir(parents=True, exist_ok=True)
+            args.rows.write_text(json.dumps(rows, indent=1))
         last = time.monotonic() - t0
     meta = {
         "argv": argv, "load_before": load_before, "load_after": loadavg_text(),
         "minutes": (time.monotonic() - started) / 60, "roundtrip": roundtrip,
         "prompt_tokens": [len(p["ids"]) for p in (trl_spec or {}).get("prompts", [])],
+        "failed": failed, "waited_min": waited / 60, "resumed": first,
     }  # fmt: skip
     from cairn.train.records import write_record
 
     text = record(rows, args, meta)
     print(text)
     write_record(args.out / "trl_compare.md", text)
-    (ROOT / "runs").mkdir(exist_ok=True)
-    (ROOT / "runs" / "trl_compare.json").write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -206,6 +206,6 @@ def test_a_flat_prompt_ends_with_the_response_prefix(tok):
     assert flat.build("Go.", [("a", "left")], "b") == "Go.\nobs: a act: left\nobs: b act: <action>"
     assert PromptBuilder(history=1).build("Go.", [], "b") == "Go.\nobs: b act:"
     chat_flat = PromptBuilder(chat_template=tok, response_prefix="<action>")
-    assert chat_flat.build("Go.", [], "b").endswith(
-        "act:<|im_end|>\n<|im_start|>assistant\n<action>"
-    )
+    user = [{"role": "user", "content": "Go.\nobs: b act:"}]
+    own = tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+    assert chat_flat.build("Go.", [], "b") == own + "<action>"

@@ -98,7 +98,7 @@ def parse_tool_call(completion: str) -> tuple[str, str] | None:
 def _tool_call(completion: str) -> tuple[str, str] | None:
     m = _TOOL_CALL.search(completion)
     if m is not None:
-        call = _json(m.group(1))
+        call = _DECODER.decode(m.group(1))
     elif _OPEN_CALL in completion:  # unclosed: the one JSON object that follows the tag
         rest = completion.split(_OPEN_CALL, 1)[1].lstrip()
         call = _DECODER.raw_decode(rest)[0]
@@ -114,10 +114,6 @@ def _tool_call(completion: str) -> tuple[str, str] | None:
         return None
     name = call["name"].strip()
     return (name, str(value).strip()) if name else None
-
-
-def _json(text: str) -> Any:
-    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

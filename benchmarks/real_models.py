@@ -8,7 +8,8 @@ from the run folder:
 - held-out greedy success and format-error rate before and after (``eval/*`` at iteration 0
   and at the last iteration; held-out seeds are ``eval.seed_offset + i``; countdown's
   generator draws no instance whose target is the sum or the product of all its numbers);
-- the sampled (temperature 1) format-error rate of the first and last training iterations;
+- the sampled (at the preset's temperature) format-error rate of the first and last
+  training iterations;
 - tokens generated per second of rollout (steps x mean completion tokens / ``time/rollout``)
   and tokens through the model per second of update (``update/forward_tokens`` /
   ``time/update``), medians over iterations;
@@ -180,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", default="", help="what else ran, for the record")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
-    todo = [(preset, seed) for preset in args.presets for seed in args.seeds]
+    # seed-major: with --jobs 2 the runs that start together are different presets, so
+    # two search_qa_smol runs (up to 10.8 GiB each) do not share the machine's memory
+    todo = [(preset, seed) for seed in args.seeds for preset in args.presets]
     if args.report_only:
         done = [args.out / f"{p}-s{s}" / "result.json" for p, s in todo]
         results = [json.loads(f.read_text()) for f in done if f.is_file()]

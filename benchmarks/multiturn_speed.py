@@ -21,6 +21,12 @@ Arms (each a fresh process, so torch's thread pool and the model load are the sa
 - ``exact`` (with ``--exact``): ``after`` with ``drop_finished`` and ``share_prefix`` off,
   whose generation is bit-identical to ``before``: for the same seed, its first
   iteration's rollout must give the same metrics.
+- ``bf16`` (with ``--bf16``): ``after`` with ``model.dtype=bfloat16``: the frozen base
+  weights and activations in bfloat16, the LoRA adapters (and so Adam) in float32 (peft
+  keeps adapters of a bfloat16 base in float32), log-probs from float32 logits. A CPU with
+  AVX512-BF16 (or AMX) multiplies bfloat16 matrices 2-3x faster than float32. The math
+  changes (rounding of the base model's activations), so its metrics differ from
+  ``after``'s beyond float32 rounding; it is reported beside the others, not as ``after``.
 
 Every arm trains the same seed with ``train.threads`` 1, ``--iterations`` iterations per
 process; the table gives per arm the median over iterations and repeats of seconds per
@@ -52,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "speed"
 BEFORE_COMMIT = "1e1f825"
 CONFIG = "sokoban_smol"
+ARM_SETS = {"bf16": ["model.dtype=bfloat16"]}  # overrides of an arm beyond --set
 DRY = ["rollout.groups=2", "rollout.group_size=2", "rollout.max_turns=2",
        "rollout.max_new_tokens=16", "optim.minibatch_size=8"]  # fmt: skip
 # What 1e1f825's hf.py lacks that would change the work done (see the module docstring).
@@ -143,7 +150,8 @@ def run(arms: list[str], repeats: int, iterations: int, extra: list[str], src: P
         for name in arms:
             path = src if name == "before" else ROOT / "src"
             env = {**os.environ, "PYTHONPATH": str(path)}
-            spec = json.dumps({"arm": name, "iterations": iterations, "extra": extra})
+            sets = [*extra, *ARM_SETS.get(name, [])]
+            spec = json.dumps({"arm": name, "iterations": iterations, "extra": sets})
             proc = subprocess.run(
                 [sys.executable, __file__, "--arm", spec],
                 capture_output=True, text=True, env=env, cwd=ROOT,
@@ -205,7 +213,7 @@ def table(results: list[dict], arms: list[str], args: argparse.Namespace, load) 
         f"{platform.python_version()}, torch {results[0]['torch']}), load average "
         f"{load[0]:.1f} before and {load[1]:.1f} after, by `python "
         f"benchmarks/multiturn_speed.py --repeats {args.repeats} --iterations "
-        f"{args.iterations}{' --exact' if args.exact else ''}"
+        f"{args.iterations}{' --exact' if args.exact else ''}{' --bf16' if args.bf16 else ''}"
         f"{''.join(f' --set {s}' for s in args.set)}`: {CONFIG}, seed 0, "
         f"train.threads 1, arms alternating ({', '.join(arms)}), each a fresh process; "
         "medians over all iterations (spread min-max). Speed-up of the median iteration "
@@ -237,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--exact", action="store_true", help="also the bit-identical 'exact' arm")
+    ap.add_argument("--bf16", action="store_true", help="also the 'bf16' arm (bfloat16 base)")
     ap.add_argument("--dry", action="store_true", help="1 tiny iteration per arm, no file")
     ap.add_argument(
         "--set",
@@ -255,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = (DRY if args.dry else []) + args.set
     if args.dry:
         args.repeats, args.iterations = 1, 1
-    arms = ["before", "after", *(["exact"] if args.exact else [])]
+    arms = ["before", "after"] + [a for a in ("exact", "bf16") if getattr(args, a)]
     (ROOT / "runs").mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=ROOT / "runs") as tmp:
         src = before_tree(Path(tmp))

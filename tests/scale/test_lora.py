@@ -144,6 +144,20 @@ def test_bf16_sampled_logprobs_match_scoring_within_bf16_precision(tiny_policy, 
         torch.testing.assert_close(logp[i, -k:], torch.tensor(o.logprobs), atol=5e-2, rtol=0)
 
 
+def test_bf16_base_keeps_float32_adapters_that_train(tiny_policy, compact_env):
+    # model.dtype bfloat16 with LoRA: the frozen base is bfloat16, the adapters (and so
+    # AdamW's moments) float32, so small updates are not rounded away.
+    base = tiny_policy.model.to(torch.bfloat16)
+    policy = _lora_policy(HFPolicy(base, tiny_policy.tokenizer))
+    params = dict(policy.model.named_parameters())
+    trainable = set(trainable_parameters(policy.model))
+    assert {params[n].dtype for n in trainable} == {torch.float32}
+    assert {p.dtype for n, p in params.items() if n not in trainable} == {torch.bfloat16}
+    before = {n: params[n].detach().clone() for n in trainable}
+    _train_steps(policy, compact_env)
+    assert all(not torch.equal(before[n], params[n].detach()) for n in trainable)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

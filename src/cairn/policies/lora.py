@@ -86,8 +86,10 @@ def has_adapters(model: torch.nn.Module) -> bool:
 def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     """Wrap ``model`` (an ``AutoModelForCausalLM``) with fresh LoRA adapters; base frozen.
 
-    Adapter weights are created in the base model's dtype and device. Raises ValueError when
-    no module of the model matches ``spec.target_modules``.
+    Adapter weights are created on the base model's device, in float32 when the base is
+    bfloat16 or float16 (peft's ``autocast_adapter_dtype``), so the optimizer's updates of
+    them are not rounded away; the base's matrix products stay in its dtype. Raises
+    ValueError when no module of the model matches ``spec.target_modules``.
     """
     peft = _peft()
     targets = spec.target_modules
@@ -99,7 +101,7 @@ def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
         task_type="CAUSAL_LM",
     )
     try:
-        return peft.get_peft_model(model, config)
+        return peft.get_peft_model(model, config, autocast_adapter_dtype=True)
     except ValueError as err:
         raise ValueError(f"lora target_modules {targets!r} match no module: {err}") from err
 

@@ -8,8 +8,9 @@ from the run folder:
 - held-out greedy success and format-error rate before and after (``eval/*`` at iteration 0
   and at the last iteration; held-out seeds are ``eval.seed_offset + i``; countdown's
   generator draws no instance whose target is the sum or the product of all its numbers);
-- the sampled (at the preset's temperature) format-error rate of the first and last
-  training iterations;
+- the sampled (at the preset's temperature) format-error rate and success of the first and
+  last training iterations, and over the first and last three (per step: weighted by the
+  iterations' steps; one iteration of 16 episodes is a noisy estimate);
 - tokens generated per second of rollout (steps x mean completion tokens / ``time/rollout``)
   and tokens through the model per second of update (``update/forward_tokens`` /
   ``time/update``), medians over iterations;
@@ -76,6 +77,17 @@ def run_one(preset: str, seed: int, budget: float, out: Path) -> dict:
     return result
 
 
+def resummarize(folder: Path) -> dict | None:
+    """A finished run's result read again from its folder (so a change to ``summarize``
+    reaches runs already done), keeping the peak RSS and wall time measured when it ran."""
+    if not (folder / "result.json").is_file():
+        return None
+    old = json.loads((folder / "result.json").read_text())
+    new = summarize(folder, old["preset"], old["seed"], old["peak_rss_gib"], old["wall_seconds"])
+    (folder / "result.json").write_text(json.dumps(new, indent=2) + "\n")
+    return new
+
+
 def summarize(folder: Path, preset: str, seed: int, peak_gib: float, wall: float) -> dict:
     """The numbers of one finished run folder (module docstring)."""
     (run,) = [p for p in folder.iterdir() if (p / "summary.json").is_file()]
@@ -97,9 +109,18 @@ def summarize(folder: Path, preset: str, seed: int, peak_gib: float, wall: float
         "sampled_format_last": rows[-1]["rollout/format_error_rate"],
         "rollout_success_first": rows[0]["rollout/success"],
         "rollout_success_last": rows[-1]["rollout/success"],
+        "sampled_format_first3": window(rows[:3], "rollout/format_error_rate"),
+        "sampled_format_last3": window(rows[-3:], "rollout/format_error_rate"),
+        "rollout_success_first3": window(rows[:3], "rollout/success"),
+        "rollout_success_last3": window(rows[-3:], "rollout/success"),
         "gen_tokens_per_s": round(median(gen), 1), "update_tokens_per_s": round(median(upd), 1),
         "seconds_per_iteration": round(median(r["time/iteration"] for r in rows), 1),
     }  # fmt: skip
+
+
+def window(rows: list[dict], key: str) -> float:
+    """``key``'s per-step rate over ``rows`` (iterations), weighted by their steps."""
+    return round(sum(r[key] * r["steps"] for r in rows) / sum(r["steps"] for r in rows), 4)
 
 
 def spread(values: list[float], fmt: str = ".2f") -> str:
@@ -115,8 +136,10 @@ def table(results: list[dict]) -> str:
         ("after", "success_after", ".2f"),
         ("eval format errors before", "eval_format_before", ".2f"),
         ("after", "eval_format_after", ".2f"),
-        ("sampled format errors, first it.", "sampled_format_first", ".2f"),
-        ("last it.", "sampled_format_last", ".2f"),
+        ("sampled format errors, first 3 it.", "sampled_format_first3", ".2f"),
+        ("last 3 it.", "sampled_format_last3", ".2f"),
+        ("sampled success, first 3 it.", "rollout_success_first3", ".2f"),
+        ("last 3 it.", "rollout_success_last3", ".2f"),
         ("iterations", "iterations", ".0f"),
         ("s/it", "seconds_per_iteration", ".0f"),
         ("generated tok/s", "gen_tokens_per_s", ".0f"),
@@ -185,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     # two search_qa_smol runs (up to 10.8 GiB each) do not share the machine's memory
     todo = [(preset, seed) for seed in args.seeds for preset in args.presets]
     if args.report_only:
-        done = [args.out / f"{p}-s{s}" / "result.json" for p, s in todo]
-        results = [json.loads(f.read_text()) for f in done if f.is_file()]
+        results = [resummarize(args.out / f"{p}-s{s}") for p, s in todo]
+        results = [r for r in results if r is not None]
     else:
         with ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda t: run_one(*t, args.budget, args.out), todo))

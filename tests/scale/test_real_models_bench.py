@@ -45,11 +45,34 @@ def test_a_run_folder_gives_before_after_and_median_rates(tmp_path):
     assert r["seconds_per_iteration"] == 164.0 and r["peak_rss_gib"] == 5.5
 
 
+def test_three_iteration_windows_weigh_iterations_by_steps(tmp_path):
+    run = tmp_path / "search_qa_smol-s1" / "search_qa_smol-s1-20261204"
+    run.mkdir(parents=True)
+    evals = [{"eval/success": 0.0, "eval/format_error_rate": 0.0}] * 2
+    summary = {"iterations": 4, "episodes": 64, "train_seconds": 9.0, "evals": evals}
+    (run / "summary.json").write_text(json.dumps(summary))
+    rates, steps = [0.5, 0.25, 0.0, 0.1], [40, 20, 40, 60]
+    rows = [
+        {**_row(i + 1, f, 1.0, 1.0), "steps": n}
+        for i, (f, n) in enumerate(zip(rates, steps, strict=True))
+    ]
+    rows[3]["rollout/success"] = 0.5
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = _bench().summarize(run.parent, "search_qa_smol", 1, 1.0, 1.0)
+    assert r["sampled_format_first3"] == 0.25  # (20 + 5 + 0) / 100 steps
+    assert r["sampled_format_last3"] == 0.0917  # (5 + 0 + 6) / 120, rounded
+    assert (r["rollout_success_first3"], r["rollout_success_last3"]) == (0.0, 0.25)  # 30 / 120
+    (run.parent / "result.json").write_text(json.dumps({**r, "sampled_format_last3": None}))
+    again = _bench().resummarize(run.parent)  # a finished run read again from its folder
+    assert again == r and json.loads((run.parent / "result.json").read_text()) == r
+
+
 def test_the_table_gives_mean_and_range_over_seeds():
     mod = _bench()
     assert mod.spread([0.0, 0.25, 0.5]) == "0.25 (0.00-0.50)"
     keys = ["success_before", "success_after", "eval_format_before", "eval_format_after",
-            "sampled_format_first", "sampled_format_last", "iterations", "seconds_per_iteration",
+            "sampled_format_first3", "sampled_format_last3", "rollout_success_first3",
+            "rollout_success_last3", "iterations", "seconds_per_iteration",
             "gen_tokens_per_s", "update_tokens_per_s", "peak_rss_gib"]  # fmt: skip
     results = [{"preset": "p", "seed": s, **dict.fromkeys(keys, float(s))} for s in (1, 3)]
     line = mod.table(results).splitlines()[2]

@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a config override for every arm (e.g. a smaller rollout)",
     )
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--label", default=CONFIG, help="the record's section (one per label)")
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.arm:
@@ -277,8 +278,9 @@ def main(argv: list[str] | None = None) -> int:
 
         header = "# Multi-turn real-model iterations before and after issue 25\n"
         title = "seconds per iteration, tokens, peak RSS"
-        write_section(args.out / "multiturn.md", CONFIG, title, text, header)
-        (args.out / "multiturn.json").write_text(json.dumps(results, indent=1) + "\n")
+        write_section(args.out / "multiturn.md", args.label, title, text, header)
+        rows = "multiturn.json" if args.label == CONFIG else f"multiturn-{args.label}.json"
+        (args.out / rows).write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

@@ -19,6 +19,7 @@ import shutil
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -363,7 +364,7 @@ def _resumable(run_dir: Path, config: str | None) -> Path:
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
     try:
-        ckpt = latest_checkpoint(run_dir)
+        ckpt = _look_up(latest_checkpoint, run_dir)
     except (OSError, ValueError) as err:
         raise ConfigError(f"--resume {run_dir}: {err}") from None
     if ckpt is None:
@@ -372,6 +373,17 @@ def _resumable(run_dir: Path, config: str | None) -> Path:
             "start it again without --resume"
         )
     return ckpt
+
+
+def _look_up(latest: Callable[[Path], Path | None], run_dir: Path) -> Path | None:
+    """``latest(run_dir)`` without its CheckpointWarning: the CLI looks the checkpoint up
+    to check the run before the trainer does; the trainer's look-up, which loads it, is the
+    one that says what was skipped."""
+    from cairn.train.checkpoint import CheckpointWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckpointWarning)
+        return latest(run_dir)
 
 
 @contextmanager
@@ -395,7 +407,7 @@ def _resume_config(run_dir: Path, ckpt: Path, overrides: list[str]) -> Any:
     from cairn.train.runconfig import resume_config
 
     try:
-        ckpt = latest_checkpoint(run_dir) or ckpt
+        ckpt = _look_up(latest_checkpoint, run_dir) or ckpt
     except (OSError, ValueError) as err:
         raise ConfigError(f"--resume {run_dir}: {err}") from None
     return resume_config(run_dir, ckpt, overrides)

@@ -295,6 +295,21 @@ def test_cli_resume_with_no_valid_checkpoint_is_one_line_and_changes_nothing(
     assert len(list((run / "trajectories").iterdir())) == 2
 
 
+def test_cli_resume_past_a_bad_newest_checkpoint_warns_once(trained, tmp_path):
+    import warnings
+
+    from cairn.cli import main
+
+    run = _copy(trained, tmp_path)
+    _plant(run / "checkpoints" / "iter_000002", _set("iteration", -5))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["train", "--resume", str(run), "--set", "train.iterations=3"]) == 0
+    said = [w for w in seen if issubclass(w.category, CheckpointWarning)]
+    assert len(said) == 1, [str(w.message) for w in said]  # was 3: once per look-up
+    assert "resuming from iter_000001" in str(said[0].message)
+
+
 def test_a_torn_metrics_row_covered_by_a_checkpoint_is_rebuilt(trained, tmp_path):
     from cairn.train.runlog import read_metrics
 

@@ -5,6 +5,7 @@ inside an iteration."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -190,6 +191,48 @@ def test_the_lock_is_held_for_the_life_of_the_run(tmp_path, monkeypatch):
     (run,) = tmp_path.iterdir()
     with RunLock(run):  # free again once the run ended
         assert (run / "run.lock").read_text().strip() == str(os.getpid())
+
+
+FORKING_HOLDER = """
+import os, sys, time
+from cairn.data.rundir import RunLock
+RunLock(sys.argv[1]).acquire()
+pid = os.fork()  # as an env worker is forked while the trainer holds the lock
+if pid == 0:
+    time.sleep(60)
+    os._exit(0)
+print(pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_forked_worker_outliving_a_killed_trainer_does_not_keep_the_run_locked(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", FORKING_HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    worker = int(holder.stdout.readline())
+    try:
+        assert not _free(tmp_path / "run.lock")  # held by the trainer
+        holder.kill()  # SIGKILL: no release
+        holder.wait()
+        assert _free(tmp_path / "run.lock")  # old code: False while the worker lived
+    finally:
+        holder.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _free(path: Path) -> bool:
+    """Whether a new open file (as another process's) could flock ``path`` now."""
+    import fcntl
+
+    with path.open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
 
 
 # -- SIGTERM and a full disk: one line, checkpoint intact, resumable --------------------------

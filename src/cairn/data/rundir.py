@@ -274,7 +274,9 @@ class RunLock:
         if not self.held:
             return
         self.held = False
-        entry = _HELD[self.key]
+        entry = _HELD.get(self.key)
+        if entry is None:  # a forked child's copy: the lock stays with the parent
+            return
         entry[1] -= 1
         if entry[1] == 0:
             del _HELD[self.key]
@@ -289,6 +291,19 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child (an env worker): close the run.lock files inherited from the
+    parent without unlocking them. An flock belongs to the open file, which a fork shares,
+    so a worker outliving its trainer would otherwise keep the run locked."""
+    for f, _ in _HELD.values():
+        with suppress(OSError):
+            f.close()  # closes this process's descriptor only; no LOCK_UN
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 # -- summary.json -------------------------------------------------------------------------------

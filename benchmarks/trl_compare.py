@@ -13,7 +13,10 @@ norm clipped at 1, no KL (TRL ``beta=0``, cairn ``loss.kl_coef`` 0), clip 0.2 / 
 token-mean loss (TRL ``loss_type="dapo"``), group mean/std advantages (TRL
 ``scale_rewards="group"``), one update per step (cairn: 1 epoch of one 16-row minibatch;
 TRL: batch 16, no accumulation, ``num_iterations=1``), float32, 1 torch thread
-(``torch.set_num_threads(1)`` and ``OMP_NUM_THREADS=1`` in both).
+(``torch.set_num_threads(1)`` and ``OMP_NUM_THREADS=1`` in both), gradient checkpointing
+the same in both (``--grad-ckpt``, default off: cairn ``model.gradient_checkpointing``, TRL
+``gradient_checkpointing``, which GRPOConfig turns on by default; it trades the update's
+time for its activation memory, so arms that differ in it do not compare).
 
 Same prompts: a cairn arm runs first and records the prompt ids its trainer built for each
 step (seed 0, so every cairn process draws the same tasks) with their env seeds; TRL gets
@@ -110,6 +113,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--groups", type=int, default=2, help="prompts per step")
     ap.add_argument("--group-size", type=int, default=8, help="completions per prompt")
     ap.add_argument("--mode", choices=("lora", "full"), default="lora")
+    ap.add_argument(
+        "--grad-ckpt", choices=("off", "on"), default="off", help="gradient checkpointing, both"
+    )
     ap.add_argument("--venv", type=Path, default=VENV, help="TRL's virtual environment")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--need-mb", type=float, default=10000, help="wait for this much free")
@@ -135,6 +141,7 @@ def cairn_overrides(args: argparse.Namespace, out_dir: str) -> list[str]:
     """The ``--set`` overrides of the preset for one cairn arm process."""
     steps = args.steps + 1  # the first is the warm-up
     lora = [] if args.mode == "lora" else ["model.lora=null"]
+    lora.append(f"model.gradient_checkpointing={args.grad_ckpt == 'on'}")
     return [
         f"rollout.groups={args.groups}", f"rollout.group_size={args.group_size}",
         f"rollout.max_new_tokens={args.new_tokens}", "rollout.temperature=1.0",
@@ -162,7 +169,7 @@ def trl_config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
         "max_grad_norm": MAX_GRAD_NORM, "max_steps": args.steps + 1, "logging_steps": 1,
         "save_strategy": "no", "report_to": "none", "use_cpu": True, "bf16": False,
         "shuffle_dataset": False, "seed": 0, "dataloader_num_workers": 0,
-        "disable_tqdm": True,
+        "disable_tqdm": True, "gradient_checkpointing": args.grad_ckpt == "on",
     }  # fmt: skip
 
 
@@ -513,7 +520,8 @@ def plan(args: argparse.Namespace) -> str:
     have = (args.venv / "bin" / "python").exists()
     lines = [
         f"cairn vs TRL {TRL_VERSION}: {PRESET}, {args.groups} prompts x {args.group_size} "
-        f"completions, {args.new_tokens} new tokens, {args.mode}, 1 thread",
+        f"completions, {args.new_tokens} new tokens, {args.mode}, gradient checkpointing "
+        f"{args.grad_ckpt}, 1 thread",
         f"arms alternate {' -> '.join(ARMS)}, up to {args.repeats} pairs within "
         f"{args.budget_min:g} min, each process 1 warm-up + {args.steps} measured steps",
         f"TRL venv: {args.venv} ({'reused when it imports trl' if have else 'to be made'})",
@@ -549,7 +557,8 @@ def record(rows: list[dict], args: argparse.Namespace, meta: dict[str, Any]) -> 
         f"{meta['load_after']} after, over {meta['minutes']:.1f} min.",
         "",
         f"Work: {PRESET} prompts and reward, {args.groups} prompts x {args.group_size} "
-        f"completions per step, at most {args.new_tokens} new tokens, {args.mode}, no KL, one "
+        f"completions per step, at most {args.new_tokens} new tokens, {args.mode}, "
+        f"gradient checkpointing {args.grad_ckpt} in both, no KL, one "
         f"update per step, float32, 1 thread in both arms. {pairs} alternating pairs of "
         f"processes, each 1 warm-up + {args.steps} measured steps (per-process medians). "
         f"TRL's tokenizer gives back cairn's prompt ids for every prompt: "

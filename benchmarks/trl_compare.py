@@ -500,7 +500,7 @@ def base_spec(args: argparse.Namespace) -> dict[str, Any]:
     lora = cfg.model.lora
     return {
         "args": {k: v for k, v in vars(args).items() if k in ("steps", "new_tokens", "groups",
-                                                              "group_size", "mode")},
+                                                              "group_size", "mode", "grad_ckpt")},
         "env_options": dict(cfg.env.options),
         "agent": {
             "action_pattern": cfg.agent.action_pattern,

@@ -199,9 +199,9 @@ from cairn.data.rundir import RunLock
 RunLock(sys.argv[1]).acquire()
 pid = os.fork()  # as an env worker is forked while the trainer holds the lock
 if pid == 0:
+    print("child", os.getpid(), flush=True)  # past fork: the at-fork handlers have run
     time.sleep(60)
     os._exit(0)
-print(pid, flush=True)
 time.sleep(60)
 """
 
@@ -210,7 +210,7 @@ def test_a_forked_worker_outliving_a_killed_trainer_does_not_keep_the_run_locked
     holder = subprocess.Popen(
         [sys.executable, "-c", FORKING_HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True
     )
-    worker = int(holder.stdout.readline())
+    worker = int(holder.stdout.readline().split()[1])  # the child is running
     try:
         assert not _free(tmp_path / "run.lock")  # held by the trainer
         holder.kill()  # SIGKILL: no release

@@ -44,6 +44,7 @@ import io
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -280,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         header = "# Multi-turn real-model iterations before and after issue 25\n"
         title = "seconds per iteration, tokens, peak RSS"
         write_section(args.out / "multiturn.md", args.label, title, text, header)
-        rows = "multiturn.json" if args.label == CONFIG else f"multiturn-{args.label}.json"
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.label)
+        rows = "multiturn.json" if args.label == CONFIG else f"multiturn-{slug}.json"
         (args.out / rows).write_text(json.dumps(results, indent=1) + "\n")
     return 0
 

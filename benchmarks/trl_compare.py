@@ -140,8 +140,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def cairn_overrides(args: argparse.Namespace, out_dir: str) -> list[str]:
     """The ``--set`` overrides of the preset for one cairn arm process."""
     steps = args.steps + 1  # the first is the warm-up
-    lora = [] if args.mode == "lora" else ["model.lora=null"]
-    lora.append(f"model.gradient_checkpointing={args.grad_ckpt == 'on'}")
+    model = [] if args.mode == "lora" else ["model.lora=null"]
+    model.append(f"model.gradient_checkpointing={args.grad_ckpt == 'on'}")
     return [
         f"rollout.groups={args.groups}", f"rollout.group_size={args.group_size}",
         f"rollout.max_new_tokens={args.new_tokens}", "rollout.temperature=1.0",
@@ -151,7 +151,7 @@ def cairn_overrides(args: argparse.Namespace, out_dir: str) -> list[str]:
         "loss.kl_coef=0.0", f"loss.clip_low={CLIP_LOW}", f"loss.clip_high={CLIP_HIGH}",
         "loss.agg=token-mean", "train.threads=1", f"train.iterations={steps}",
         "train.time_budget_s=null", "eval.at_start=false", "eval.every=0",
-        "checkpoint.every=100000", "log.progress=false", f"out_dir={out_dir}", *lora,
+        "checkpoint.every=100000", "log.progress=false", f"out_dir={out_dir}", *model,
     ]  # fmt: skip
 
 

@@ -354,7 +354,6 @@ def _run(trainer: Any, run_dir: Path) -> dict[str, Any]:
 def _resumable(run_dir: Path, config: str | None) -> Path:
     """The checkpoint to resume ``run_dir`` from; refuses a second config, a folder that is
     not a run, and a run with no checkpoint (nothing is written to refuse them)."""
-    from cairn.train.checkpoint import latest_checkpoint
 
     if config is not None:
         raise ConfigError(
@@ -364,7 +363,7 @@ def _resumable(run_dir: Path, config: str | None) -> Path:
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
     try:
-        ckpt = _look_up(latest_checkpoint, run_dir)
+        ckpt = _quiet_latest(run_dir)
     except (OSError, ValueError) as err:
         raise ConfigError(f"--resume {run_dir}: {err}") from None
     if ckpt is None:
@@ -375,15 +374,15 @@ def _resumable(run_dir: Path, config: str | None) -> Path:
     return ckpt
 
 
-def _look_up(latest: Callable[[Path], Path | None], run_dir: Path) -> Path | None:
-    """``latest(run_dir)`` without its CheckpointWarning: the CLI looks the checkpoint up
-    to check the run before the trainer does; the trainer's look-up, which loads it, is the
-    one that says what was skipped."""
-    from cairn.train.checkpoint import CheckpointWarning
+def _quiet_latest(run_dir: Path) -> Path | None:
+    """``latest_checkpoint(run_dir)`` without its CheckpointWarning: the CLI looks the
+    checkpoint up to check the run before the trainer does; the trainer's look-up, which
+    loads it, is the one that says what was skipped."""
+    from cairn.train.checkpoint import CheckpointWarning, latest_checkpoint
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckpointWarning)
-        return latest(run_dir)
+        return latest_checkpoint(run_dir)
 
 
 @contextmanager
@@ -403,11 +402,10 @@ def _locked(run_dir: Path) -> Iterator[None]:
 def _resume_config(run_dir: Path, ckpt: Path, overrides: list[str]) -> Any:
     """The config to resume with, checked against the checkpoint (cairn.train.runconfig);
     read under the lock, so the checkpoint is the one the trainer will load."""
-    from cairn.train.checkpoint import latest_checkpoint
     from cairn.train.runconfig import resume_config
 
     try:
-        ckpt = _look_up(latest_checkpoint, run_dir) or ckpt
+        ckpt = _quiet_latest(run_dir) or ckpt
     except (OSError, ValueError) as err:
         raise ConfigError(f"--resume {run_dir}: {err}") from None
     return resume_config(run_dir, ckpt, overrides)

@@ -35,17 +35,31 @@ def _policy(arch: str = "llama", attn: str = "eager") -> tuple[HFPolicy, list[li
     return policy, prompts + prompts[:1]
 
 
-def test_shared_length_worked_numbers():
+def test_prefix_stages_worked_numbers():
     policy, _ = _policy()
     policy.share_prefix, policy.min_shared_prefix = True, 2
     rows = [[1, 2, 3, 4, 5], [1, 2, 3, 9]]
-    assert policy._shared_length(rows, keep=1) == 3  # common 3, shortest 4 keeps 1
-    assert policy._shared_length(rows, keep=2) == 2  # the shortest row keeps 2 tokens
-    assert policy._shared_length(rows[:1], keep=1) == 0  # one row: nothing to share
+    stages = policy._prefix_stages
+    assert stages(rows, [1, 1]) == [([0, 0], [3])]  # common 3, shortest 4 keeps 1
+    assert stages(rows, [2, 2]) == [([0, 0], [2])]  # the shortest row keeps 2 tokens
+    assert stages(rows[:1], [1]) == []  # one row: nothing to share
     policy.min_shared_prefix = 4
-    assert policy._shared_length(rows, keep=1) == 0  # 3 < 4: not worth a forward
+    assert stages(rows, [1, 1]) == []  # 3 < 4: not worth a forward
     policy.share_prefix, policy.min_shared_prefix = False, 2
-    assert policy._shared_length(rows, keep=1) == 0
+    assert stages(rows, [1, 1]) == []
+    # Groups: rows 0 and 1 agree on all but their last token, row 2 only on the first two.
+    policy.share_prefix = True
+    rows = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 7], [1, 2, 8, 9, 9, 9]]
+    # Everyone's 2 tokens once; then [3, 4, 5] once for rows 0-1 (saves 3 tokens) and
+    # [8, 9, 9] for row 2; the rows' last tokens after.
+    assert stages(rows, [1, 1, 1]) == [([0, 0, 0], [2]), ([0, 0, 1], [5, 5])]
+    # Row 1 keeps its last 2 tokens: no two rows agree on what they may share.
+    assert stages(rows, [1, 2, 1]) == [([0, 0, 0], [2])]
+    # At 4, the 2 common tokens are not worth a forward; rows 0-1 sharing 5 tokens are.
+    policy.min_shared_prefix = 4
+    assert stages(rows, [1, 1, 1]) == [([0, 0, 1], [5, 5])]
+    policy.min_shared_prefix = 6
+    assert stages(rows, [1, 1, 1]) == []
     # The common prefix is that of the smallest and largest rows in lexicographic order.
     assert _common_prefix([(1, 2, 3, 4), (1, 5), (1, 2, 9)]) == 1
     assert _common_prefix([(7, 8), (7, 8, 9)]) == 2  # one row is a prefix of the other
@@ -114,8 +128,25 @@ def test_scoring_equals_the_full_forward_values_and_gradients(arch, attn):
     policy, prompts = _policy(arch, attn)
     batch = _batch(policy, prompts)
     old, new = _assert_same(policy, batch)
-    # 6 distinct contexts share the 30-token head: it runs once, not 6 times.
-    assert batch.input_ids.shape[0] == 6 and old - new == 5 * 30
+    assert batch.input_ids.shape[0] == 6 and old - new == _saved(prompts)
+
+
+def _saved(prompts: list[list[int]]) -> int:
+    """Tokens sharing saves on ``_batch``: its 6 distinct contexts share the 30-token
+    head, which runs once, not 6 times; two of them (rows 0 and 6) extend prompt 0 with
+    different actions, and all but the last token of that prompt runs once, not twice."""
+    return 5 * 30 + (len(prompts[0]) - 1 - 30)
+
+
+def test_scoring_rows_scored_from_inside_their_action():
+    # Packed episodes score only their action tokens (``TokenBatch.minibatch``): a row
+    # whose first scored column is later keeps fewer tokens for the last stage.
+    policy, prompts = _policy()
+    batch = _batch(policy, prompts)
+    first = batch.action_mask.int().argmax(1)
+    long = batch.action_mask.sum(1) > 1
+    batch.action_mask[long.nonzero().squeeze(1), first[long]] = False
+    _assert_same(policy, batch)
 
 
 def test_scoring_with_lora_adapters():
@@ -126,7 +157,7 @@ def test_scoring_with_lora_adapters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.05)
     old, new = _assert_same(policy, _batch(policy, prompts))
-    assert old - new == 5 * 30
+    assert old - new == _saved(prompts)
 
 
 @pytest.mark.parametrize("lora", [False, True])

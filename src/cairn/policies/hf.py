@@ -205,42 +205,96 @@ class HFPolicy:
         ]
 
     def _shared_prefix(
-        self, module: torch.nn.Module, rows: Sequence[Sequence[int]], keep: int, **kwargs: Any
+        self,
+        module: torch.nn.Module,
+        rows: Sequence[Sequence[int]],
+        keep: int | Sequence[int],
+        **kwargs: Any,
     ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """(KV cache or None, ids (U, W), attention mask (U, P + W)) to feed ``module`` (the
-        model or its decoder; ``kwargs`` go to its forward) for the U token rows ``rows``.
+        """(KV cache or None, ids (U, W), attention mask (U, C + W)) to feed ``module`` (the
+        model or its decoder; ``kwargs`` go to its forward) for the U token rows ``rows``,
+        of which the last ``keep`` tokens (one count, or one per row) must be fed last.
 
-        With ``share_prefix`` and P >= ``min_shared_prefix`` tokens that all U >= 2 rows
-        begin with (leaving at least ``keep`` tokens of every row after them), the P tokens
-        go through ``module`` once, as one row at positions 0..P-1, and its cache is
-        repeated for the U rows; ``ids`` are the rows' remaining tokens, left-padded, and
-        the mask covers [prefix | padding | rest] (padding in the middle: the positions
-        follow the mask). Attention to the prefix's keys is what the full forward computes,
-        so only float rounding differs. Otherwise: no cache, the whole rows left-padded.
+        With ``share_prefix``, the tokens rows share go through ``module`` once per group
+        of rows that share them, in the stages ``_prefix_stages`` plans: the prefix every
+        row begins with, as one row; then each group of rows that agree on all they may
+        share (a GRPO group's prompt), as one row. Each stage's cache is repeated to the
+        next stage's rows, and ``ids`` are the rows' remaining tokens, left-padded; the
+        mask covers every stage's columns, padding included (the positions follow the
+        mask). Attention to the shared keys is what the full forward computes, so only
+        float rounding differs. Otherwise: no cache, the whole rows left-padded.
         """
-        shared = self._shared_length(rows, keep)
-        if not shared:
+        keeps = [keep] * len(rows) if isinstance(keep, int) else list(keep)
+        cache, attn = None, None
+        group, cut = [0] * len(rows), [0]  # no stage yet: every row from its first token
+        for new_group, new_cut in self._prefix_stages(rows, keeps):
+            reps = _representatives(new_group)
+            segs = [rows[r][cut[group[r]] : new_cut[g]] for g, r in enumerate(reps)]
+            cache, attn = self._extend(module, cache, attn, [group[r] for r in reps], segs, kwargs)
+            group, cut = new_group, new_cut
+        if cache is None:
             ids, attn = left_pad(rows, self.pad_id)
             return None, ids, attn
-        prefix = torch.tensor([list(rows[0][:shared])], device=self.device)  # (1, P)
+        ids, rest = left_pad([r[cut[g] :] for r, g in zip(rows, group, strict=True)], self.pad_id)
+        index = torch.tensor(group, device=self.device)
+        cache.reorder_cache(index)
+        return cache, ids, torch.cat([attn[index], rest.to(self.device)], dim=1)
+
+    def _extend(
+        self,
+        module: torch.nn.Module,
+        cache: Any,
+        attn: torch.Tensor | None,
+        parents: list[int],
+        segs: list[Sequence[int]],
+        kwargs: dict[str, Any],
+    ) -> tuple[Any, torch.Tensor]:
+        """Run the token rows ``segs`` through ``module`` after rows ``parents`` of
+        ``cache`` (None: from position 0): the extended cache and its attention mask."""
+        ids, seg_attn = left_pad(segs, self.pad_id)
+        ids, seg_attn = ids.to(self.device), seg_attn.to(self.device)
+        if cache is not None:
+            index = torch.tensor(parents, device=self.device)
+            cache.reorder_cache(index)
+            seg_attn = torch.cat([attn[index], seg_attn], dim=1)
         out = module(
-            input_ids=prefix,
-            position_ids=torch.arange(shared, device=self.device)[None],
+            input_ids=ids,
+            attention_mask=seg_attn,
+            position_ids=_positions(seg_attn)[:, seg_attn.shape[1] - ids.shape[1] :],
             use_cache=True,
+            **({_cache_kwarg_of(type(module)): cache} if cache is not None else {}),
             **kwargs,
         )
-        self.forward_tokens += shared
-        cache = out.cache if hasattr(out, "cache") else out.past_key_values
-        cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
-        ids, rest = left_pad([r[shared:] for r in rows], self.pad_id)
-        return cache, ids, torch.cat([rest.new_ones((len(rows), shared)), rest], dim=1)
+        self.forward_tokens += sum(map(len, segs))
+        return (out.cache if hasattr(out, "cache") else out.past_key_values), seg_attn
 
-    def _shared_length(self, rows: Sequence[Sequence[int]], keep: int) -> int:
-        """Tokens ``_shared_prefix`` runs once for ``rows`` (0: none)."""
+    def _prefix_stages(
+        self, rows: Sequence[Sequence[int]], keep: Sequence[int]
+    ) -> list[tuple[list[int], list[int]]]:
+        """The stages ``_shared_prefix`` runs before the rows' own tokens, each as (the
+        group of every row, the tokens each group's rows share, counted from position 0):
+        first the prefix of all U rows, then the groups of rows whose shareable parts (all
+        but their last ``keep`` tokens) are equal. A stage runs only when it saves at
+        least ``min_shared_prefix`` tokens; none without ``share_prefix`` or under 2 rows.
+        """
         if not self.share_prefix or len(rows) < 2:
-            return 0
-        shared = min(_common_prefix(rows), min(map(len, rows)) - keep)
-        return shared if shared >= self.min_shared_prefix else 0
+            return []
+        limits = [max(0, len(r) - k) for r, k in zip(rows, keep, strict=True)]
+        stages = []
+        everyone = min(_common_prefix(rows), min(limits))
+        if everyone >= self.min_shared_prefix:
+            stages.append(([0] * len(rows), [everyone]))
+        else:
+            everyone = 0
+        index: dict[tuple[int, ...], int] = {}
+        group = [
+            index.setdefault(tuple(r[:n]), len(index)) for r, n in zip(rows, limits, strict=True)
+        ]
+        cut = [len(k) for k in index]
+        saved = sum(limits) - sum(cut) - everyone * (len(rows) - len(cut))
+        if saved >= self.min_shared_prefix:
+            stages.append((group, cut))
+        return stages
 
     @staticmethod
     def _running(live: torch.Tensor, finish: list[str]) -> torch.Tensor | None:
@@ -340,7 +394,7 @@ class HFPolicy:
             # The contexts' common prefix once (``_shared_prefix``); gradients reach it
             # through the cache rows, summed over the contexts that attend to it.
             rows = _unpadded(ids, attn)
-            cache, ids, attn = self._shared_prefix(decoder, rows, keep=batch.actions.shape[1])
+            cache, ids, attn = self._shared_prefix(decoder, rows, keep=_scored_tails(batch))
         ids, attn = ids.to(self.device), attn.to(self.device)
         hidden = decoder(
             input_ids=ids,
@@ -423,6 +477,25 @@ def _checkpointing(model: torch.nn.Module) -> bool:
         if hasattr(type(base), name):
             return bool(getattr(base, name))
     return False
+
+
+def _representatives(group: Sequence[int]) -> list[int]:
+    """The first row of each group 0..K-1 of ``group`` (row -> group)."""
+    first: dict[int, int] = {}
+    for row, g in enumerate(group):
+        first.setdefault(g, row)
+    return [first[g] for g in range(len(first))]
+
+
+def _scored_tails(batch: ScoreInputs) -> list[int]:
+    """Per context of ``batch``, how many of its last positions give scored log-probs: the
+    widest of its rows' spans from the first scored action column to the end (at least 1)."""
+    mask = batch.action_mask
+    width = mask.shape[1]
+    first = torch.where(mask.any(1), mask.int().argmax(1), width)  # (B,) first scored column
+    tails = torch.ones(batch.input_ids.shape[0], dtype=torch.long)
+    tails.scatter_reduce_(0, batch.context.cpu(), (width - first).cpu(), reduce="amax")
+    return tails.tolist()
 
 
 def _common_prefix(rows: Sequence[Sequence[int]]) -> int:

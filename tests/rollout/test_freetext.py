@@ -165,12 +165,22 @@ def test_format_errors_and_cut_completions_are_counted(chat_tok):
     assert turn_stats([ep2], "r")["r/format_errors"] == 0
 
 
-def test_format_reward_goes_to_parsed_actions_only(chat_tok):
+def test_format_reward_goes_to_parsed_actions_the_env_accepts(chat_tok):
     bad = chat_tok("nothing", add_special_tokens=False)["input_ids"]
     good = chat_tok("<action>up</action>", add_special_tokens=False)["input_ids"]
-    settings = RolloutSettings(max_turns=2, action_format="tagged", format_reward=0.05)
-    (episode,) = _play(Scripted(chat_tok, [[good, bad]]), [_sokoban()], _chat(chat_tok), settings)
-    assert episode.steps[0].shaped == {"format": 0.05} and episode.steps[1].shaped == {}
+    unknown = chat_tok("<action>jump</action>", add_special_tokens=False)["input_ids"]
+    settings = RolloutSettings(
+        max_turns=3, action_format="tagged", format_reward=0.05, invalid_penalty=0.1
+    )
+    script = Scripted(chat_tok, [[good, bad, unknown]])
+    (episode,) = _play(script, [_sokoban()], _chat(chat_tok), settings)
+    first, no_action, rejected = episode.steps
+    assert first.shaped == {"format": 0.05} and first.valid and first.penalty == 0.0
+    assert no_action.shaped == {} and not no_action.valid and no_action.penalty == 0.1
+    # Well-formed, but no action of the env: rejected, penalised, and no format bonus.
+    assert rejected.action == "jump" and not rejected.valid
+    assert rejected.shaped == {} and rejected.penalty == 0.1
+    assert episode.events.format_errors == [1]
 
 
 @pytest.mark.parametrize(

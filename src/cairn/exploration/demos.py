@@ -204,7 +204,7 @@ def demo_episode(
             penalty=0.0 if valid else settings.invalid_penalty,
             prompt_ids=fitted.ids, action_ids=ids, logprobs=[0.0] * len(ids), allowed=allowed,
         )  # fmt: skip
-        if completion != action and settings.format_reward:  # as the rollout rewards it
+        if completion != action and settings.format_reward and valid:  # as the rollout does
             step.shaped["format"] = settings.format_reward
         e.steps.append(step)
         obs, info = nxt, nxt_info

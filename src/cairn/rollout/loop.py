@@ -25,7 +25,8 @@ functions verl's agent loop calls, so every ``agent.*`` key means the same in bo
 text is counted, never silently fixed (``turn_stats``): a completion with no parsable
 action steps the env with an empty action, is recorded invalid and penalised (its turn in
 ``events.format_errors``, ``cairn.data.events``); one cut at ``max_new_tokens`` is in
-``events.truncated_actions``; a well-formed one may earn ``settings.format_reward``. A
+``events.truncated_actions``; a well-formed one the env accepts may earn
+``settings.format_reward``. A
 turn whose prompt dropped old turns to fit ``settings.context_budget`` is in
 ``events.context_dropped``; one that cannot fit even then ends its episode, failed and
 truncated, with ``events.end`` (``EndReason.CONTEXT_OVERFLOW``, the turn, the error).

@@ -16,8 +16,8 @@ both. A turn, in order:
                  invalid penalty, env-reported columns (``ENV_COLUMNS``: IGPO's info gain);
                  a completion cut at ``max_new_tokens`` is listed in
                  ``events.truncated_actions``, one without an action in
-                 ``events.format_errors`` (invalid, penalised), a well-formed one earns
-                 ``format_reward`` (``Step.shaped["format"]``)
+                 ``events.format_errors`` (invalid, penalised), a well-formed one the env
+                 accepts earns ``format_reward`` (``Step.shaped["format"]``)
     advance      the env's answer becomes the state; the episode ends where the env ends it
                  or at ``max_turns`` (then truncated), with the env's ``success``
 
@@ -133,7 +133,9 @@ def record(
 ) -> Step:
     """Append the Step of the action ``parsed`` from ``gen`` (None: none, the env got ""),
     taken in ``state`` (the (observation, info) it was chosen in), with the env's answer
-    ``result``; counts a cut completion and a format error, rewards a well-formed one."""
+    ``result``; counts a cut completion and a format error, rewards a well-formed action
+    the env accepts (one it rejects, such as a call to a tool it lacks, earns nothing: a
+    bonus for form alone is a reward that RL learns to collect without acting)."""
     obs, info = state
     next_info = result[4]
     valid = bool(next_info.get("valid", True))
@@ -158,7 +160,7 @@ def record(
     if parsed is None:
         episode.events.add_format_error(step.t)
         step.valid, step.penalty = False, settings.invalid_penalty
-    elif settings.format_reward:
+    elif settings.format_reward and step.valid:
         step.shaped["format"] = settings.format_reward
     return step
 

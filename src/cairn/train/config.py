@@ -184,7 +184,10 @@ class AgentConfig(_Section):
         "tool_call: <tool_call> JSON. No parsable action: invalid, rollout/format_errors."
     )  # fmt: skip
     format_reward: float = Field(
-        0.0, ge=0, description="Reward added to each step whose action parsed (format bonus)."
+        0.0,
+        ge=0,
+        description="Reward added to each step whose action parsed and the env "
+        "accepted (format bonus; a well-formed action the env rejects earns none).",
     )
     describe_format: bool | None = Field(
         None, description="Append the answer format of action_format, with an example, to "

@@ -13,7 +13,7 @@ pytest.importorskip("bm25s", reason="search_qa needs the 'search' extra (bm25s)"
 from cairn.envs import make
 from cairn.envs._kb import RELATIONS, all_names, build_kb, template_words, tokenize
 from cairn.envs.base import TextEnv
-from cairn.envs.search_qa import f1_score, normalize_answer
+from cairn.envs.search_qa import INVALID_TEXT, f1_score, normalize_answer
 
 
 def test_worked_examples_of_answer_scoring():
@@ -139,6 +139,18 @@ def test_invalid_actions_change_nothing(bad):
     for action in env.gold_actions():
         obs, reward, *_ = env.step(action)
     assert reward == 1.0
+
+
+def test_text_rendering_says_why_an_action_was_invalid():
+    env = make("search_qa", kb_seed=2, render="text")
+    obs0, info0 = env.reset(seed=4)
+    for _ in range(2):  # the line is said once, not stacked on repeats
+        obs, reward, term, _, info = env.step("capital[Torbel]")
+        assert obs == f"{INVALID_TEXT}\n{obs0}" and obs0.startswith("Question: ")
+        assert reward == 0.0 and not term
+        assert not info["valid"] and info["anchor"] == info0["anchor"] == obs0
+    obs, *_ = env.step(env.gold_actions()[0])
+    assert obs.startswith("[1] ")
 
 
 def test_spaced_tool_syntax_and_case_are_accepted():

@@ -16,7 +16,9 @@ Actions:
 - ``answer[text]``: ends the episode; reward is exact match after SQuAD normalisation
   (lowercase, no punctuation or articles) or token F1 (``reward="f1"``); success is exact
   match in both modes.
-Anything else is invalid and changes nothing. Spaces around brackets are allowed
+Anything else is invalid and changes nothing: the observation is the last one again, led
+with ``render="text"`` by a line that names the two actions (``INVALID_TEXT``; a model
+shown only the question again tends to repeat what it wrote). Spaces around brackets are allowed
 (``search [ Kalomi born ]``), so a word-level tokenizer over ``vocabulary()`` can write it.
 
 For the ``tool_call`` format the two actions are tools (``tools``: ``search(query)`` and
@@ -53,6 +55,7 @@ __all__ = ["SearchQA", "SearchQASnapshot", "f1_score", "normalize_answer"]
 _ACTION = re.compile(r"^\s*(search|answer)\s*\[(.*)\]\s*$", re.DOTALL | re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
+INVALID_TEXT = "Not an action. The only actions: search with a query, answer with your answer."
 _OBS_WORDS = ("no", "results", "correct", "wrong", "search", "answer", "[", "]")
 _RENDERS = ("compact", "text")
 TOOLS = (
@@ -222,6 +225,8 @@ class SearchQA(TextEnv):
         if not text:
             self._clock.done = out_of_steps
             obs, info = self._record(self._last[0], valid=False, success=False)
+            if self.render == "text":  # the state (and the anchor) stays the last one
+                obs = f"{INVALID_TEXT}\n{obs}"
             return obs, 0.0, False, out_of_steps, info
         if match.group(1).lower() == "search":
             self._clock.done = out_of_steps

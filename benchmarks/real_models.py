@@ -10,7 +10,9 @@ from the run folder:
   generator draws no instance whose target is the sum or the product of all its numbers);
 - the sampled (at the preset's temperature) format-error rate and success of the first and
   last training iterations, and over the first and last three (per step: weighted by the
-  iterations' steps; one iteration of 16 episodes is a noisy estimate);
+  iterations' steps; one iteration of 16 episodes is a noisy estimate); likewise the rate
+  of invalid actions, format errors included (a well-formed call of a tool the env lacks
+  parses, so it is no format error, but it is an invalid action);
 - tokens generated per second of rollout (steps x mean completion tokens / ``time/rollout``)
   and tokens through the model per second of update (``update/forward_tokens`` /
   ``time/update``), medians over iterations;
@@ -111,6 +113,8 @@ def summarize(folder: Path, preset: str, seed: int, peak_gib: float, wall: float
         "rollout_success_last": rows[-1]["rollout/success"],
         "sampled_format_first3": window(rows[:3], "rollout/format_error_rate"),
         "sampled_format_last3": window(rows[-3:], "rollout/format_error_rate"),
+        "sampled_invalid_first3": window(rows[:3], "rollout/invalid_rate"),
+        "sampled_invalid_last3": window(rows[-3:], "rollout/invalid_rate"),
         "rollout_success_first3": window(rows[:3], "rollout/success"),
         "rollout_success_last3": window(rows[-3:], "rollout/success"),
         "gen_tokens_per_s": round(median(gen), 1), "update_tokens_per_s": round(median(upd), 1),
@@ -138,6 +142,8 @@ def table(results: list[dict]) -> str:
         ("after", "eval_format_after", ".2f"),
         ("sampled format errors, first 3 it.", "sampled_format_first3", ".2f"),
         ("last 3 it.", "sampled_format_last3", ".2f"),
+        ("sampled invalid actions, first 3 it.", "sampled_invalid_first3", ".2f"),
+        ("last 3 it.", "sampled_invalid_last3", ".2f"),
         ("sampled success, first 3 it.", "rollout_success_first3", ".2f"),
         ("last 3 it.", "rollout_success_last3", ".2f"),
         ("iterations", "iterations", ".0f"),
@@ -159,6 +165,7 @@ def table(results: list[dict]) -> str:
 def per_seed(results: list[dict]) -> str:
     keys = ["preset", "seed", "success_before", "success_after", "eval_format_before",
             "eval_format_after", "sampled_format_first", "sampled_format_last",
+            "sampled_invalid_first3", "sampled_invalid_last3",
             "rollout_success_first", "rollout_success_last", "iterations", "train_seconds",
             "peak_rss_gib"]  # fmt: skip
     lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
@@ -167,13 +174,17 @@ def per_seed(results: list[dict]) -> str:
 
 
 def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
-    old = RECORD.read_text() if RECORD.is_file() else ""
+    old = args.record.read_text() if args.record.is_file() else ""
     found = READING.search(old)
     reading = found.group(1) if found else "(to be written after reading the runs)\n"
     cmd = (
         f"nice python benchmarks/real_models.py --budget {args.budget:g} --jobs {args.jobs} "
         f"--seeds {' '.join(map(str, args.seeds))}"
     )
+    if list(args.presets) != list(PRESETS):
+        cmd += f" --presets {' '.join(args.presets)}"
+    if args.record != RECORD:
+        cmd += f" --record {args.record.relative_to(ROOT)}"
     return f"""# The embedded real model (SmolLM2-135M-Instruct, LoRA) before and after RL
 
 Command: `{cmd}` (each run: `cairn train PRESET --set seed=S --set
@@ -203,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "real")
     p.add_argument("--load", default="", help="what else ran, for the record")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--record", type=Path, default=RECORD, help="the record file to write")
     args = p.parse_args(argv)
     # seed-major: with --jobs 2 the runs that start together are different presets, so
     # two search_qa_smol runs (up to 10.8 GiB each) do not share the machine's memory
@@ -216,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(json.dumps(r))
     load = args.load or f"{args.jobs} run(s) at once"
-    write_record(RECORD, record(results, args, load))
-    print(f"wrote {RECORD.relative_to(ROOT)}")
+    args.record = args.record.resolve()
+    write_record(args.record, record(results, args, load))
+    print(f"wrote {args.record.relative_to(ROOT)}")
     return 0
 
 

@@ -19,7 +19,8 @@ def _bench():
 def _row(it: int, fmt: float, rollout: float, update: float) -> dict:
     return {
         "iteration": it, "steps": 32, "rollout/completion_tokens": 20.0,
-        "rollout/format_error_rate": fmt, "rollout/success": 0.0, "time/rollout": rollout,
+        "rollout/format_error_rate": fmt, "rollout/invalid_rate": 2 * fmt,
+        "rollout/success": 0.0, "time/rollout": rollout,
         "update/forward_tokens": 6400, "time/update": update, "time/iteration": rollout + update,
     }  # fmt: skip
 
@@ -62,6 +63,8 @@ def test_three_iteration_windows_weigh_iterations_by_steps(tmp_path):
     assert r["sampled_format_first3"] == 0.25  # (20 + 5 + 0) / 100 steps
     assert r["sampled_format_last3"] == 0.0917  # (5 + 0 + 6) / 120, rounded
     assert (r["rollout_success_first3"], r["rollout_success_last3"]) == (0.0, 0.25)  # 30 / 120
+    # Invalid actions, format errors included (twice the format rate in these rows).
+    assert (r["sampled_invalid_first3"], r["sampled_invalid_last3"]) == (0.5, 0.1833)
     (run.parent / "result.json").write_text(json.dumps({**r, "sampled_format_last3": None}))
     again = _bench().resummarize(run.parent)  # a finished run read again from its folder
     assert again == r and json.loads((run.parent / "result.json").read_text()) == r
@@ -71,7 +74,8 @@ def test_the_table_gives_mean_and_range_over_seeds():
     mod = _bench()
     assert mod.spread([0.0, 0.25, 0.5]) == "0.25 (0.00-0.50)"
     keys = ["success_before", "success_after", "eval_format_before", "eval_format_after",
-            "sampled_format_first3", "sampled_format_last3", "rollout_success_first3",
+            "sampled_format_first3", "sampled_format_last3", "sampled_invalid_first3",
+            "sampled_invalid_last3", "rollout_success_first3",
             "rollout_success_last3", "iterations", "seconds_per_iteration",
             "gen_tokens_per_s", "update_tokens_per_s", "peak_rss_gib"]  # fmt: skip
     results = [{"preset": "p", "seed": s, **dict.fromkeys(keys, float(s))} for s in (1, 3)]

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from cairn.data.tokens import ScoreInputs, left_pad
 from cairn.losses import entropy_from_logits, logprobs_from_logits
 from cairn.losses.logprobs import logprobs_from_hidden
+from cairn.policies.kv import KeptCaches, weights_version
 
 __all__ = ["Generation", "HFPolicy", "end_token_ids"]
 
@@ -78,12 +79,19 @@ class HFPolicy:
     numbers equal the full forward's up to float rounding (a different batch shape), not
     bit for bit, so it is off by default like ``drop_finished``. ``min_shared_prefix``:
     shorter common prefixes are not worth the extra forward.
+
+    ``reuse_cache``: generation keeps each row's KV cache (prompt and reply) until the next
+    call, where a prompt that extends a kept row's tokens (an episode's next turn with its
+    whole history, over the chat template) feeds only its new tokens (``cairn.policies.kv``:
+    dropped when the weights change, and by a ``score`` with gradients, which an update
+    follows). Float rounding differs as with ``share_prefix``.
     """
 
     drop_finished: bool = False
     score_chunk: int = 1024
     share_prefix: bool = False
     min_shared_prefix: int = 16
+    reuse_cache: bool = False
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu"):
         self.model = model.to(device)
@@ -94,6 +102,7 @@ class HFPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.forward_tokens = 0  # tokens pushed through the model (prefill + decode)
         self._encode = lru_cache(maxsize=65536)(self._encode_uncached)
+        self._kept = KeptCaches()  # ``reuse_cache``: the last generate call's rows
 
     # -- text <-> ids ---------------------------------------------------------------------
     def _encode_uncached(self, text: str) -> tuple[int, ...]:
@@ -143,11 +152,18 @@ class HFPolicy:
         index: dict[tuple[int, ...], int] = {}
         rows = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts])
         self.model.eval()
-        # A prefix shared by every distinct prompt is prefilled once (``share_prefix``).
-        cache, ids, attn = self._shared_prefix(self.model, list(index), keep=1, logits_to_keep=1)
+        # Prompts that extend a row kept from the last call continue its cache
+        # (``reuse_cache``); else a prefix shared by every distinct prompt is prefilled
+        # once (``share_prefix``).
+        kept = KeptCaches(weights_version(self.model)) if self.reuse_cache else None
+        resumed = self._resume(list(index), kept.version) if kept is not None else None
+        cache, ids, attn = resumed or self._shared_prefix(
+            self.model, list(index), keep=1, logits_to_keep=1
+        )
         ids, attn, rows = ids.to(self.device), attn.to(self.device), rows.to(self.device)
         pos = _positions(attn)[:, attn.shape[1] - ids.shape[1] :]  # of the columns fed
         live = torch.arange(n)  # the output row of each batch row (all, until rows are dropped)
+        unexpanded = rows if len(index) < n else None  # output row i is batch row rows[i]
         for step in range(max_new_tokens):
             out = self.model(
                 input_ids=ids,
@@ -180,9 +196,12 @@ class HFPolicy:
                 break
             # The next batch: group members expanded from their shared prefill (step 0),
             # finished rows dropped once enough are done (``drop_finished``).
-            select = rows if step == 0 and len(index) < n else None
+            select, unexpanded = unexpanded, None
             keep = self._running(live, finish) if self.drop_finished else None
             if keep is not None:
+                if kept is not None:
+                    gone = set(range(len(live))) - set(keep.tolist())
+                    self._keep_rows(kept, cache, attn, live, gone, prompts, out_ids, select)
                 keep = keep.to(self.device)
                 live, toks = live[keep.cpu()], toks[keep]
                 select = keep if select is None else select[keep]
@@ -192,6 +211,10 @@ class HFPolicy:
             ids = toks.view(-1, 1).to(self.device)
             attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
             pos = pos[:, -1:] + 1
+        if kept is not None:
+            rest = range(len(live))
+            self._keep_rows(kept, cache, attn, live, rest, prompts, out_ids, unexpanded)
+            self._kept = kept
         return [
             Generation(
                 token_ids=out_ids[i],
@@ -203,6 +226,43 @@ class HFPolicy:
             )
             for i in range(n)
         ]
+
+    def _resume(
+        self, rows: Sequence[Sequence[int]], version: int | None
+    ) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
+        """(cache, ids, mask) as ``_shared_prefix`` gives them, continuing the rows kept
+        by the last call (``reuse_cache``) that ``rows`` extend; None when none does or
+        the weights have changed since."""
+        if self._kept.version != version:
+            self._kept.clear(version)
+        keys = [self._kept.longest(r) for r in rows]
+        if all(k is None for k in keys):
+            return None
+        cache, past = self._kept.batch(keys, self.device)
+        ids, new = left_pad(
+            [r[len(k or ()) :] for r, k in zip(rows, keys, strict=True)], self.pad_id
+        )
+        return cache, ids, torch.cat([past, new.to(self.device)], dim=1)
+
+    @staticmethod
+    def _keep_rows(
+        kept: KeptCaches,
+        cache: Any,
+        attn: torch.Tensor,
+        live: torch.Tensor,
+        batch_rows: Any,
+        prompts: Sequence[Sequence[int]],
+        out_ids: list[list[int]],
+        select: torch.Tensor | None,
+    ) -> None:
+        """Keep rows ``batch_rows`` of the generation batch (output rows ``live``) in
+        ``kept``: each holds its prompt and every sampled token but the last (never fed).
+        ``select``: before the first expansion, output row i is cache row select[i]."""
+        for j in batch_rows:
+            i = int(live[j])
+            if out_ids[i]:  # a row that sampled nothing fed nothing after its prompt
+                row = int(select[i]) if select is not None else j
+                kept.keep(cache, attn, row, [*prompts[i], *out_ids[i][:-1]])
 
     def _shared_prefix(
         self,
@@ -385,6 +445,8 @@ class HFPolicy:
         bounded. Models whose head is not a plain linear layer over the decoder's output
         (``_decoder_and_head``) take the whole-model path (``_score_logits``).
         """
+        if torch.is_grad_enabled():  # an update follows: the kept caches go stale (and cost memory)
+            self._kept.clear()
         split = _decoder_and_head(self.model)
         if split is None:
             return self._score_logits(batch, temperature, with_entropy)

@@ -33,6 +33,7 @@ __all__ = [
     "prompt_words",
     "sampling_settings",
     "tiny_key_problems",
+    "turns_extend",
     "warn_tiny_keys",
 ]
 
@@ -106,6 +107,9 @@ def build_policy_engine(
     instruction = cfg.agent.instruction or probe.instruction
     words = prompt_words(cfg)
     policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt, words)
+    # Where a turn's prompt extends the last turn's prompt and reply (the chat prompt shows
+    # every earlier turn), generation continues each episode's KV cache.
+    policy.reuse_cache = policy.share_prefix and turns_extend(cfg)
     if cfg.model.path is not None:
         budget_check(cfg, policy.tokenizer)
     dist.broadcast_params(policy.model)
@@ -115,6 +119,18 @@ def build_policy_engine(
     )
     policy = engine.policy  # vllm: samples on vLLM, scores on the HF model
     return policy, engine, prompt_builder(cfg, policy.tokenizer, probe)
+
+
+def turns_extend(cfg: Any) -> bool:
+    """Whether each turn's prompt is the last turn's prompt and sampled reply followed by
+    new tokens: a chat prompt (sampled ids spliced back) showing every earlier turn."""
+    max_turns = cfg.rollout.max_turns
+    return (
+        cfg.agent.prompt_style == "chat"
+        and max_turns is not None
+        and max_turns > 1
+        and cfg.agent.history >= max_turns - 1
+    )
 
 
 def prompt_words(cfg: Any) -> tuple[str, ...]:

@@ -15,10 +15,16 @@ Arms (each a fresh process, so torch's thread pool and the model load are the sa
   whole model (the last A positions' logits). One fix is patched in, because without it the
   arm would do different work: generation ends at every end token of the model's
   generation config (SmolLM2 ends a turn with <|im_end|>; 1e1f825 knew only the eos).
+  It also trains every turn as its own row (``train.pack_episodes=false``): packing came
+  with issue 25 too.
 - ``after``: this checkout (``src/``): the prefill keeps the last position's logits,
-  finished rows are dropped, the prompts' shared prefix runs once (``share_prefix``) and
-  scoring runs the head on response tokens only.
-- ``exact`` (with ``--exact``): ``after`` with ``drop_finished`` and ``share_prefix`` off,
+  finished rows are dropped, the prompts' shared prefix runs once (``share_prefix``),
+  scoring runs the head on response tokens only, and with a full history
+  (``--set agent.history=N`` for N >= max_turns - 1) generation continues each episode's
+  KV cache (``reuse_cache``) and, with ``--set train.pack_episodes=true``, the update
+  trains each episode as one row.
+- ``exact`` (with ``--exact``): ``after`` with ``drop_finished``, ``share_prefix`` and
+  ``reuse_cache`` off,
   whose generation is bit-identical to ``before``: for the same seed, its first
   iteration's rollout must give the same metrics.
 - ``bf16`` (with ``--bf16``): ``after`` with ``model.dtype=bfloat16``: the frozen base
@@ -59,7 +65,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "speed"
 BEFORE_COMMIT = "1e1f825"
 CONFIG = "sokoban_smol"
-ARM_SETS = {"bf16": ["model.dtype=bfloat16"]}  # overrides of an arm beyond --set
+# Overrides of an arm beyond --set (after them: they win).
+ARM_SETS = {"before": ["train.pack_episodes=false"], "bf16": ["model.dtype=bfloat16"]}
 DRY = ["rollout.groups=2", "rollout.group_size=2", "rollout.max_turns=2",
        "rollout.max_new_tokens=16", "optim.minibatch_size=8"]  # fmt: skip
 # What 1e1f825's hf.py lacks that would change the work done (see the module docstring).
@@ -125,7 +132,8 @@ def arm(name: str, iterations: int, extra: list[str]) -> dict:
         ]  # fmt: skip
         trainer = Trainer(load_config(CONFIG, overrides), Path(tmp) / "run")
         if name == "exact":
-            trainer.policy.drop_finished = trainer.policy.share_prefix = False
+            policy = trainer.policy
+            policy.drop_finished = policy.share_prefix = policy.reuse_cache = False
         rows = []
         for it in range(1, iterations + 1):
             trainer.iteration = it

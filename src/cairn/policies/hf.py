@@ -285,16 +285,17 @@ class HFPolicy:
         float rounding differs. Otherwise: no cache, the whole rows left-padded.
         """
         keeps = [keep] * len(rows) if isinstance(keep, int) else list(keep)
-        cache, attn = None, None
+        past = None  # (cache, attention mask) of the stages run so far
         group, cut = [0] * len(rows), [0]  # no stage yet: every row from its first token
         for new_group, new_cut in self._prefix_stages(rows, keeps):
             reps = _representatives(new_group)
             segs = [rows[r][cut[group[r]] : new_cut[g]] for g, r in enumerate(reps)]
-            cache, attn = self._extend(module, cache, attn, [group[r] for r in reps], segs, kwargs)
+            past = self._extend(module, past, [group[r] for r in reps], segs, kwargs)
             group, cut = new_group, new_cut
-        if cache is None:
+        if past is None:
             ids, attn = left_pad(rows, self.pad_id)
             return None, ids, attn
+        cache, attn = past
         ids, rest = left_pad([r[cut[g] :] for r, g in zip(rows, group, strict=True)], self.pad_id)
         index = torch.tensor(group, device=self.device)
         cache.reorder_cache(index)
@@ -303,17 +304,19 @@ class HFPolicy:
     def _extend(
         self,
         module: torch.nn.Module,
-        cache: Any,
-        attn: torch.Tensor | None,
+        past: tuple[Any, torch.Tensor] | None,
         parents: list[int],
         segs: list[Sequence[int]],
         kwargs: dict[str, Any],
     ) -> tuple[Any, torch.Tensor]:
         """Run the token rows ``segs`` through ``module`` after rows ``parents`` of
-        ``cache`` (None: from position 0): the extended cache and its attention mask."""
+        ``past`` (its cache and attention mask; None: from position 0): the extended cache
+        and its attention mask."""
         ids, seg_attn = left_pad(segs, self.pad_id)
         ids, seg_attn = ids.to(self.device), seg_attn.to(self.device)
-        if cache is not None:
+        cache = None
+        if past is not None:
+            cache, attn = past
             index = torch.tensor(parents, device=self.device)
             cache.reorder_cache(index)
             seg_attn = torch.cat([attn[index], seg_attn], dim=1)
@@ -455,8 +458,8 @@ class HFPolicy:
         if self.share_prefix and not _checkpointing(self.model):
             # The contexts' common prefix once (``_shared_prefix``); gradients reach it
             # through the cache rows, summed over the contexts that attend to it.
-            rows = _unpadded(ids, attn)
-            cache, ids, attn = self._shared_prefix(decoder, rows, keep=_scored_tails(batch))
+            contexts = _unpadded(ids, attn)
+            cache, ids, attn = self._shared_prefix(decoder, contexts, keep=_scored_tails(batch))
         ids, attn = ids.to(self.device), attn.to(self.device)
         hidden = decoder(
             input_ids=ids,

@@ -99,8 +99,8 @@ def test_longest_kept_prefix_leaves_a_token_to_feed():
 @pytest.mark.parametrize(
     ("sets", "extends"),
     [
-        ([], True),  # sokoban_smol: history 5 of 6 turns
-        (["agent.history=1"], False),
+        ([], False),  # sokoban_smol: history 1 of 6 turns
+        (["agent.history=5"], True),
         (["agent.history=5", "agent.prompt_style=flat"], False),
         (["agent.history=5", "rollout.max_turns=7"], False),
     ],

@@ -43,7 +43,8 @@ __all__ = [
     "open_checkpoint",
 ]
 
-_ATTEMPTS = 3  # a checkpoint pruned while read: take the newer one
+_ATTEMPTS = 10  # a checkpoint pruned while read: take the newer one (a tiny run
+# checkpointing every iteration prunes one every ~0.3 s, about as long as a load takes)
 
 
 def eval_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSettings:
@@ -100,8 +101,9 @@ def evaluate_run(
             stats = evaluate_checkpoint(cfg, ckpt)
             break
         except (OSError, ValueError):  # pruned by a live trainer while read (the weights'
-            # loader reports a vanished file as a ValueError naming the checkpoint)
-            if attempt == _ATTEMPTS - 1 or ckpt.exists():
+            # and the tokenizer's loaders report a vanished file as a ValueError); a prune
+            # under way may leave the folder for a moment, but no longer the newest
+            if attempt == _ATTEMPTS - 1 or (ckpt.exists() and newest_checkpoint(run_dir) == ckpt):
                 raise
     result = {
         "run_dir": str(run_dir),

@@ -183,3 +183,23 @@ def test_pretrained_models_share_the_prefix_the_tiny_default_does_not(tmp_path):
     assert loaded.share_prefix and loaded.drop_finished
     default = build_policy(ModelConfig(), env, env.instruction, seed=0)
     assert not default.share_prefix and not default.drop_finished
+
+
+def test_generation_groups_prompts_that_differ_in_their_last_token_with_lora():
+    # Two prompts that agree on all but their last token share that part (the second
+    # stage), through a PEFT wrapper: same tokens, log-probs within rounding.
+    policy, prompts = _policy()
+    policy.model = apply_lora(policy.model, LoraSpec(r=4, alpha=8))
+    rows = [prompts[1], [*prompts[1][:-1], prompts[2][-1]], prompts[3]]
+    policy.min_shared_prefix = 4
+    runs = {}
+    for share in (False, True):
+        policy.share_prefix, policy.forward_tokens = share, 0
+        assert len(policy._prefix_stages(rows, [1, 1, 1])) == (2 if share else 0)
+        outs = policy.generate(
+            rows, max_new_tokens=6, temperature=0.9, generator=torch.Generator().manual_seed(2)
+        )
+        runs[share] = ([o.token_ids for o in outs], [o.logprobs for o in outs])
+    assert runs[True][0] == runs[False][0]
+    for a, b in zip(runs[True][1], runs[False][1], strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b))

@@ -325,7 +325,7 @@ class HFPolicy:
             attention_mask=seg_attn,
             position_ids=_positions(seg_attn)[:, seg_attn.shape[1] - ids.shape[1] :],
             use_cache=True,
-            **({_cache_kwarg_of(type(module)): cache} if cache is not None else {}),
+            **({_cache_kwarg(module): cache} if cache is not None else {}),  # as generate's
             **kwargs,
         )
         self.forward_tokens += sum(map(len, segs))

@@ -116,3 +116,15 @@ def test_step_flags_are_copied_by_name_without_knowing_it() -> None:
     mb = tb.minibatch(np.array([2, 0]))
     assert mb.flags["some_new_flag"].tolist() == [False, True]
     assert mb.flags["some_new_flag"].dtype == torch.bool
+
+
+def test_prompt_labels_number_equal_prompts_in_order_of_first_appearance():
+    tb = TokenBatch(
+        prompt_ids=[[5, 6], [7], [5, 6], [5], [7]],
+        action_ids=[[1], [1], [2], [3], [4]],
+        old_logprobs=[[0.0]] * 5,
+        advantages=np.zeros(5),
+        allowed=[None] * 5,
+    )
+    # [5] is a prefix of [5, 6] but another prompt; equal actions do not matter.
+    assert tb.prompt_labels().tolist() == [0, 1, 0, 2, 1]

@@ -200,6 +200,14 @@ class TokenBatch:
     def __len__(self) -> int:
         return len(self.action_ids)
 
+    def prompt_labels(self) -> np.ndarray:
+        """(N,) int: rows with equal ``prompt_ids`` get equal labels, 0, 1, ... in order of
+        first appearance."""
+        index: dict[tuple[int, ...], int] = {}
+        return np.array(
+            [index.setdefault(tuple(p), len(index)) for p in self.prompt_ids], dtype=np.int64
+        )
+
     def minibatch(self, idx: np.ndarray) -> Minibatch:
         """Collate rows ``idx`` into tensors."""
         inputs = collate_scoring(

@@ -331,6 +331,15 @@ class OptimConfig(_Section):
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate.")
     epochs: int = Field(4, gt=0, description="PPO epochs over each iteration's batch.")
     minibatch_size: int = Field(512, gt=0, description="Steps per gradient update.")
+    group_prompts: bool = Field(
+        False,
+        description=(
+            "Cut minibatches so that rows with the same prompt stay together (the prompts "
+            "in random order, each prompt's rows in random order): shared-prefix scoring "
+            "(on for a model.path model) then reads each prompt once per minibatch. "
+            "False: rows shuffled one by one."
+        ),
+    )
     max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(

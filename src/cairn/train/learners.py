@@ -39,6 +39,7 @@ __all__ = [
     "SideLearner",
     "apply_gradients",
     "build_learners",
+    "row_order",
     "run_epochs",
     "train_learners",
 ]
@@ -150,10 +151,11 @@ def train_learners(
     metrics: dict[str, float] = {}
     n = len(tokens)
     chunks = dist.max_int(max(1, round(n / optim.minibatch_size)))  # same on all ranks
+    labels = tokens.prompt_labels() if optim.group_prompts else None
     for learner in learners:
         step, skipped = _learner_step(learner, tokens, batch, parts, optim, dist)
         epochs = learner.epochs or optim.epochs
-        metrics.update(run_epochs(n, epochs, chunks, rng, step, stop))
+        metrics.update(run_epochs(n, epochs, chunks, rng, step, stop, labels))
         if learner.log_update:
             metrics[f"{learner.name}/skipped_updates"] = float(len(skipped))
     return metrics
@@ -197,18 +199,33 @@ def run_epochs(
     rng: np.random.Generator,
     step: Step,
     stop: Callable[[], bool] | None = None,
+    labels: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """``epochs`` passes over a fresh permutation of ``n`` rows cut into ``chunks`` parts;
-    returns the mean over minibatches of each metric ``step`` reports. ``stop()``, asked
-    after each pass but the last, ends them early (the training time budget ran out)."""
+    """``epochs`` passes over a fresh order of ``n`` rows (``row_order``) cut into ``chunks``
+    near-equal parts; returns the mean over minibatches of each metric ``step`` reports.
+    ``stop()``, asked after each pass but the last, ends them early (the training time
+    budget ran out)."""
     sums: dict[str, list[float]] = defaultdict(list)
     for epoch in range(epochs):
-        for idx in np.array_split(rng.permutation(n), chunks):
+        for idx in np.array_split(row_order(n, rng, labels), chunks):
             for k, v in step(idx).items():
                 sums[k].append(v)
         if stop is not None and epoch < epochs - 1 and stop():
             break
     return {k: float(np.mean(v)) for k, v in sums.items()}
+
+
+def row_order(n: int, rng: np.random.Generator, labels: np.ndarray | None = None) -> np.ndarray:
+    """A random order of rows 0..n-1. Without ``labels``: a permutation. With ``labels``
+    (n,) (rows of equal label share a prompt): the labels in random order, each label's
+    rows together in random order, so that cutting the order into minibatches splits a
+    label's rows only at a cut."""
+    if labels is None:
+        return rng.permutation(n)
+    labels = np.asarray(labels)
+    rank = rng.permutation(int(labels.max()) + 1 if n else 0)  # each label's place
+    rows = rng.permutation(n)
+    return rows[np.argsort(rank[labels[rows]], kind="stable")]
 
 
 def apply_gradients(

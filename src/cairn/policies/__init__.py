@@ -38,6 +38,9 @@ __all__ = [
     "save_model_dir",
 ]
 
+# Tokens per kept block of the prompts' shared prefix (HFPolicy.prefix_block): 256 of
+# sokoban_smol's 301-token instruction are kept across a rollout's turns.
+PREFIX_BLOCK = 128
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -170,10 +173,11 @@ def build_policy(
             torch.manual_seed(seed)
             model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
     policy = HFPolicy(model, tokenizer, device=cfg.device)
-    # Pretrained models drop finished rows while generating and run their prompts' shared
-    # prefix once (not the tiny default: its recorded runs stay bit-identical; see
-    # HFPolicy.drop_finished and share_prefix).
+    # Pretrained models drop finished rows while generating, run their prompts' shared
+    # prefix once and keep its blocks between calls (not the tiny default: its recorded runs
+    # stay bit-identical; see HFPolicy.drop_finished, share_prefix and prefix_block).
     policy.drop_finished = policy.share_prefix = cfg.path is not None
+    policy.prefix_block = PREFIX_BLOCK if cfg.path is not None else 0
     return policy
 
 

@@ -31,6 +31,7 @@ from cairn.policies.kv import KeptCaches, weights_version
 __all__ = ["Generation", "HFPolicy", "end_token_ids"]
 
 _END = -1  # trie key marking the end of a complete choice
+KEPT_BLOCK_TOKENS = 8192  # at most this many token columns of kept prefix blocks (``prefix_block``)
 
 
 @dataclass
@@ -85,6 +86,13 @@ class HFPolicy:
     whole history, over the chat template) feeds only its new tokens (``cairn.policies.kv``:
     dropped when the weights change, and by a ``score`` with gradients, which an update
     follows). Float rounding differs as with ``share_prefix``.
+
+    ``prefix_block``: with ``share_prefix``, generation runs the prefix all prompts share
+    in blocks of this many tokens and keeps each whole block's keys and values until the
+    weights change; a later call whose prompts begin with the same blocks (the instruction
+    at every turn of a rollout) feeds only what follows them. A block is always computed
+    from the same tokens after the same blocks, so a kept block equals a recomputed one bit
+    for bit and the numbers do not depend on what earlier calls kept. 0: off.
     """
 
     drop_finished: bool = False
@@ -92,6 +100,7 @@ class HFPolicy:
     share_prefix: bool = False
     min_shared_prefix: int = 16
     reuse_cache: bool = False
+    prefix_block: int = 0
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu"):
         self.model = model.to(device)
@@ -103,6 +112,7 @@ class HFPolicy:
         self.forward_tokens = 0  # tokens pushed through the model (prefill + decode)
         self._encode = lru_cache(maxsize=65536)(self._encode_uncached)
         self._kept = KeptCaches()  # ``reuse_cache``: the last generate call's rows
+        self._blocks = KeptCaches()  # ``prefix_block``: the shared prefix's kept blocks
 
     # -- text <-> ids ---------------------------------------------------------------------
     def _encode_uncached(self, text: str) -> tuple[int, ...]:
@@ -158,7 +168,7 @@ class HFPolicy:
         kept = KeptCaches(weights_version(self.model)) if self.reuse_cache else None
         resumed = self._resume(list(index), kept.version) if kept is not None else None
         cache, ids, attn = resumed or self._shared_prefix(
-            self.model, list(index), keep=1, logits_to_keep=1
+            self.model, list(index), keep=1, blocks=self._kept_blocks(), logits_to_keep=1
         )
         ids, attn, rows = ids.to(self.device), attn.to(self.device), rows.to(self.device)
         pos = _positions(attn)[:, attn.shape[1] - ids.shape[1] :]  # of the columns fed
@@ -264,11 +274,22 @@ class HFPolicy:
                 row = int(select[i]) if select is not None else j
                 kept.keep(cache, attn, row, [*prompts[i], *out_ids[i][:-1]])
 
+    def _kept_blocks(self) -> KeptCaches | None:
+        """The kept prefix blocks (``prefix_block``) valid for the model as it is now (its
+        identity and weights), or None when off or while gradients are recorded."""
+        if not (self.prefix_block and self.share_prefix) or torch.is_grad_enabled():
+            return None
+        version = (id(self.model), weights_version(self.model))
+        if self._blocks.version != version:
+            self._blocks.clear(version)
+        return self._blocks
+
     def _shared_prefix(
         self,
         module: torch.nn.Module,
         rows: Sequence[Sequence[int]],
         keep: int | Sequence[int],
+        blocks: KeptCaches | None = None,
         **kwargs: Any,
     ) -> tuple[Any, torch.Tensor, torch.Tensor]:
         """(KV cache or None, ids (U, W), attention mask (U, C + W)) to feed ``module`` (the
@@ -283,14 +304,20 @@ class HFPolicy:
         mask covers every stage's columns, padding included (the positions follow the
         mask). Attention to the shared keys is what the full forward computes, so only
         float rounding differs. Otherwise: no cache, the whole rows left-padded.
+
+        ``blocks`` (generation, ``prefix_block``): the prefix of all rows runs in whole
+        blocks, each kept there or taken from there (``_blocked_prefix``), then its rest.
         """
         keeps = [keep] * len(rows) if isinstance(keep, int) else list(keep)
         past = None  # (cache, attention mask) of the stages run so far
         group, cut = [0] * len(rows), [0]  # no stage yet: every row from its first token
-        for new_group, new_cut in self._prefix_stages(rows, keeps):
+        for new_group, new_cut in self._prefix_stages(rows, keeps, single=blocks is not None):
             reps = _representatives(new_group)
             segs = [rows[r][cut[group[r]] : new_cut[g]] for g, r in enumerate(reps)]
-            past = self._extend(module, past, [group[r] for r in reps], segs, kwargs)
+            if past is None and blocks is not None and len(reps) == 1:  # all rows' prefix
+                past = self._blocked_prefix(module, segs[0], blocks, kwargs)
+            else:
+                past = self._extend(module, past, [group[r] for r in reps], segs, kwargs)
             group, cut = new_group, new_cut
         if past is None:
             ids, attn = left_pad(rows, self.pad_id)
@@ -331,16 +358,42 @@ class HFPolicy:
         self.forward_tokens += sum(map(len, segs))
         return (out.cache if hasattr(out, "cache") else out.past_key_values), seg_attn
 
+    def _blocked_prefix(
+        self,
+        module: torch.nn.Module,
+        seg: Sequence[int],
+        blocks: KeptCaches,
+        kwargs: dict[str, Any],
+    ) -> tuple[Any, torch.Tensor]:
+        """(cache, mask) of the one row ``seg`` (from position 0): its longest run of whole
+        ``prefix_block``-token blocks found in ``blocks``, then each further whole block,
+        kept there, then the rest."""
+        size = self.prefix_block
+        ends = range(size, len(seg) + 1, size)  # where each whole block ends
+        done = max((n for n in ends if tuple(seg[:n]) in blocks.rows), default=0)
+        past = blocks.batch([tuple(seg[:done])], self.device) if done else None
+        for n in range(done + size, len(seg) + 1, size):
+            past = self._extend(module, past, [0], [seg[n - size : n]], kwargs)
+            if sum(map(len, blocks.rows)) + n > KEPT_BLOCK_TOKENS:
+                blocks.clear(blocks.version)  # bounded memory: start over
+            blocks.keep(past[0], past[1], 0, seg[:n])
+        rest = seg[len(seg) - len(seg) % size :]
+        if rest:
+            past = self._extend(module, past, [0], [rest], kwargs)
+        assert past is not None  # seg is not empty
+        return past
+
     def _prefix_stages(
-        self, rows: Sequence[Sequence[int]], keep: Sequence[int]
+        self, rows: Sequence[Sequence[int]], keep: Sequence[int], single: bool = False
     ) -> list[tuple[list[int], list[int]]]:
         """The stages ``_shared_prefix`` runs before the rows' own tokens, each as (the
         group of every row, the tokens each group's rows share, counted from position 0):
         first the prefix of all U rows, then the groups of rows whose shareable parts (all
         but their last ``keep`` tokens) are equal. A stage runs only when it saves at
-        least ``min_shared_prefix`` tokens; none without ``share_prefix`` or under 2 rows.
+        least ``min_shared_prefix`` tokens; none without ``share_prefix`` or under 2 rows
+        (``single``: 1 row has the first stage too, to use kept blocks).
         """
-        if not self.share_prefix or len(rows) < 2:
+        if not self.share_prefix or len(rows) < (1 if single else 2):
             return []
         limits = [max(0, len(r) - k) for r, k in zip(rows, keep, strict=True)]
         stages = []

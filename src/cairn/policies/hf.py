@@ -238,7 +238,7 @@ class HFPolicy:
         ]
 
     def _resume(
-        self, rows: Sequence[Sequence[int]], version: int | None
+        self, rows: Sequence[Sequence[int]], version: object
     ) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
         """(cache, ids, mask) as ``_shared_prefix`` gives them, continuing the rows kept
         by the last call (``reuse_cache``) that ``rows`` extend; None when none does or
@@ -578,19 +578,30 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
     """The name the model's forward takes its KV cache under: ``cache`` from transformers
     5.2x on, ``past_key_values`` before (5.17, the GPU check's machine); a PEFT wrapper's
     base model decides."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return _cache_kwarg_of(type(base))
+    return _cache_kwarg_of(type(_unwrapped(model)))
 
 
-@lru_cache(maxsize=64)
-def _cache_kwarg_of(cls: type) -> str:
-    return "cache" if "cache" in signature(cls.forward).parameters else "past_key_values"
+def _unwrapped(model: torch.nn.Module) -> Any:
+    """A PEFT wrapper's base model, else ``model``."""
+    base = getattr(model, "get_base_model", None)
+    return base() if base is not None else model
+
+
+_CACHE_KWARG: dict[Any, str] = {}  # model class -> ``_cache_kwarg_of``
+
+
+def _cache_kwarg_of(cls: Any) -> str:
+    """``_cache_kwarg`` of a model class (its forward's parameter name)."""
+    if cls not in _CACHE_KWARG:
+        names = signature(cls.forward).parameters
+        _CACHE_KWARG[cls] = "cache" if "cache" in names else "past_key_values"
+    return _CACHE_KWARG[cls]
 
 
 def _checkpointing(model: torch.nn.Module) -> bool:
     """Whether the model recomputes activations in its backward (gradient checkpointing):
     a recomputed layer would append its keys to a shared cache twice."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
+    base = _unwrapped(model)
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new, old
         if hasattr(type(base), name):
             return bool(getattr(base, name))
@@ -619,7 +630,7 @@ def _scored_tails(batch: ScoreInputs) -> list[int]:
 def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
     """Length of the longest prefix all ``rows`` share: that of the lexicographically
     smallest and largest (rows between them share at least as much)."""
-    low, high = min(rows), max(rows)
+    low, high = min(map(tuple, rows)), max(map(tuple, rows))
     for k, (a, b) in enumerate(zip(low, high, strict=False)):
         if a != b:
             return k
@@ -641,8 +652,9 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
     """(decoder, output head) of a causal LM whose logits are ``head(decoder(...))``
     (a PEFT wrapper forwards both to its base model), else None."""
+    lm: Any = model  # its methods, not a submodule or a tensor of that name
     try:
-        decoder, head = model.get_decoder(), model.get_output_embeddings()
+        decoder, head = lm.get_decoder(), lm.get_output_embeddings()
     except (AttributeError, NotImplementedError):
         return None
     config = getattr(model, "config", None)

@@ -48,11 +48,11 @@ def _plain_layers(cache: Any) -> list[Any] | None:
 class KeptCaches:
     """The kept rows (module docstring)."""
 
-    def __init__(self, version: int | None = None) -> None:
+    def __init__(self, version: object = None) -> None:
         self.rows: dict[tuple[int, ...], Row] = {}
-        self.version = version  # ``weights_version`` of the model the rows were made by
+        self.version = version  # what the rows were made by (``weights_version``, ...)
 
-    def clear(self, version: int | None = None) -> None:
+    def clear(self, version: object = None) -> None:
         self.rows.clear()
         self.version = version
 

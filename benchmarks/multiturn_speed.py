@@ -15,8 +15,10 @@ Arms (each a fresh process, so torch's thread pool and the model load are the sa
   whole model (the last A positions' logits). One fix is patched in, because without it the
   arm would do different work: generation ends at every end token of the model's
   generation config (SmolLM2 ends a turn with <|im_end|>; 1e1f825 knew only the eos).
-  It also trains every turn as its own row (``train.pack_episodes=false``): packing came
-  with issue 25 too.
+  It also trains every turn as its own row (``train.pack_episodes=false``) and shuffles
+  rows one by one into minibatches (``optim.group_prompts=false``): packing and grouped
+  minibatches came with issue 25 too. With ``--same-minibatches`` it keeps the preset's
+  minibatch order, so that only the code differs (the update's math is then the same).
 - ``after``: this checkout (``src/``): the prefill keeps the last position's logits,
   finished rows are dropped, the prompts' shared prefix runs once (``share_prefix``),
   scoring runs the head on response tokens only, and with a full history
@@ -66,7 +68,10 @@ OUT = ROOT / "benchmarks" / "results" / "speed"
 BEFORE_COMMIT = "1e1f825"
 CONFIG = "sokoban_smol"
 # Overrides of an arm beyond --set (after them: they win).
-ARM_SETS = {"before": ["train.pack_episodes=false"], "bf16": ["model.dtype=bfloat16"]}
+ARM_SETS = {
+    "before": ["train.pack_episodes=false", "optim.group_prompts=false"],
+    "bf16": ["model.dtype=bfloat16"],
+}
 DRY = ["rollout.groups=2", "rollout.group_size=2", "rollout.max_turns=2",
        "rollout.max_new_tokens=16", "optim.minibatch_size=8"]  # fmt: skip
 # What 1e1f825's hf.py lacks that would change the work done (see the module docstring).
@@ -153,13 +158,18 @@ def arm(name: str, iterations: int, extra: list[str]) -> dict:
     return {"arm": name, "torch": torch.__version__, "peak_rss_gib": peak, "rows": rows}
 
 
-def run(arms: list[str], repeats: int, iterations: int, extra: list[str], src: Path) -> list:
+def run(
+    arms: list[str], repeats: int, iterations: int, extra: list[str], src: Path, same: bool
+) -> list:
+    """``repeats`` rounds of the arms in turn; ``same``: "before" keeps the preset's
+    minibatch order (module docstring)."""
     out = []
     for rep in range(repeats):
         for name in arms:
             path = src if name == "before" else ROOT / "src"
             env = {**os.environ, "PYTHONPATH": str(path)}
-            sets = [*extra, *ARM_SETS.get(name, [])]
+            drop = {"optim.group_prompts=false"} if same else set()
+            sets = [*extra, *(x for x in ARM_SETS.get(name, []) if x not in drop)]
             spec = json.dumps({"arm": name, "iterations": iterations, "extra": sets})
             proc = subprocess.run(
                 [sys.executable, __file__, "--arm", spec],
@@ -223,6 +233,7 @@ def table(results: list[dict], arms: list[str], args: argparse.Namespace, load) 
         f"{load[0]:.1f} before and {load[1]:.1f} after, by `python "
         f"benchmarks/multiturn_speed.py --repeats {args.repeats} --iterations "
         f"{args.iterations}{' --exact' if args.exact else ''}{' --bf16' if args.bf16 else ''}"
+        f"{' --same-minibatches' if args.same_minibatches else ''}"
         f"{''.join(f' --set {s}' for s in args.set)}"
         f"{f' --label {args.label}' if args.label != CONFIG else ''}`: {CONFIG}, seed 0, "
         f"train.threads 1, arms alternating ({', '.join(arms)}), each a fresh process; "
@@ -258,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bf16", action="store_true", help="also the 'bf16' arm (bfloat16 base)")
     ap.add_argument("--dry", action="store_true", help="1 tiny iteration per arm, no file")
     ap.add_argument(
+        "--same-minibatches",
+        action="store_true",
+        help="'before' keeps the preset's minibatch order: only the code differs",
+    )
+    ap.add_argument(
         "--set",
         action="append",
         default=[],
@@ -280,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=ROOT / "runs") as tmp:
         src = before_tree(Path(tmp))
         load_before = os.getloadavg()[0]
-        results = run(arms, args.repeats, args.iterations, extra, src)
+        results = run(arms, args.repeats, args.iterations, extra, src, args.same_minibatches)
         text = table(results, arms, args, (load_before, os.getloadavg()[0]))
     print(text)
     if not args.dry:

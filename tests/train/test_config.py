@@ -77,3 +77,19 @@ def test_every_key_has_help():
     assert all(help_ for key, _, help_ in rows if not key.endswith("options")), [
         key for key, _, h in rows if not h
     ]
+
+
+@pytest.mark.parametrize("stop", ["</action>", "</", ">"])
+def test_a_stop_inside_the_closing_tag_is_refused_for_tagged_actions(stop):
+    # The text ends before the stop, so "<action>up</action>" would reach the parser as
+    # "<action>up": every tagged action a format error.
+    with pytest.raises(ConfigError, match=r"rollout\.stop .* cuts every completion"):
+        load_config(None, ["agent.action_format=tagged", f"rollout.stop=['{stop}']"])
+
+
+def test_stops_that_keep_the_closing_tag_are_accepted():
+    load_config(None, ["agent.action_format=tagged", "rollout.stop=['</action>\\n\\n', 'Obs:']"])
+    load_config(None, ["agent.action_format=tool_call", "rollout.stop=['</tool_call>']"])
+    # A pattern of one's own decides what the text must hold.
+    load_config(None, ["agent.action_format=tagged", "agent.action_pattern=<action>(\\w+)",
+                       "rollout.stop=['</action>']"])  # fmt: skip

@@ -506,6 +506,22 @@ class Config(_Section):
         return self
 
     @model_validator(mode="after")
+    def _stop_keeps_the_closing_tag(self) -> Config:
+        # A completion's text ends before its first stop string; the tagged format needs the
+        # closing tag in the text (a tool call may stay unclosed: parse_tool_call).
+        if self.agent.action_format != "tagged" or self.agent.action_pattern is not None:
+            return self
+        for s in self.rollout.stop:
+            if s and s in "</action>":
+                raise ValueError(
+                    f"rollout.stop {s!r} cuts every completion before its closing </action> "
+                    "(a completion's text ends before its first stop string), so no tagged "
+                    "action would parse: drop it, or stop after the tag (the model's end "
+                    "of turn ends a reply already)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _packing_needs_token_rows(self) -> Config:
         if not self.train.pack_episodes:
             return self

@@ -379,6 +379,13 @@ def test_bad_cairn_block_names_the_key():
         cairn_config({"cairn": {"advantage": {"name": "nope"}}})
 
 
+def test_a_stop_that_cuts_the_closing_tag_is_refused_as_in_cairn_train():
+    block = {"agent": {"action_format": "tagged"}, "rollout": {"stop": ["</action>"]}}
+    with pytest.raises(ConfigError, match=r"rollout\.stop '</action>' cuts every completion"):
+        cairn_config({"cairn": block})
+    cairn_config({"cairn": {**block, "agent": {"action_format": "tool_call"}}})  # may stay open
+
+
 # -- data ------------------------------------------------------------------------------------
 def test_parquet_loads_with_rlhfdataset_and_feeds_the_agent_loop(policy, tmp_path):
     options = {**ENV_OPTIONS, "render": "grid"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
@@ -36,6 +37,7 @@ __all__ = [
     "describe",
     "load_config",
     "run_name_problem",
+    "stop_problem",
     "validate_config",
 ]
 
@@ -327,6 +329,23 @@ def _section_of(dc: type, name: str) -> type[_Section]:
 LossSection = _section_of(LossConfig, "LossSection")
 
 
+def stop_problem(agent: AgentConfig, stop: Sequence[str]) -> str | None:
+    """Why ``stop`` (rollout stop strings) leaves no tagged action parsable, else None. A
+    completion's text ends before its first stop string, and the tagged format needs its
+    closing tag in the text (a tool call may stay unclosed: ``parse_tool_call``)."""
+    if agent.action_format != "tagged" or agent.action_pattern is not None:
+        return None
+    for s in stop:
+        if s and s in "</action>":
+            return (
+                f"rollout.stop {s!r} cuts every completion before its closing </action> "
+                "(a completion's text ends before its first stop string), so no tagged "
+                "action would parse: drop it, or stop after the tag (the model's end of "
+                "turn ends a reply already)"
+            )
+    return None
+
+
 class OptimConfig(_Section):
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate.")
     epochs: int = Field(4, gt=0, description="PPO epochs over each iteration's batch.")
@@ -507,18 +526,8 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _stop_keeps_the_closing_tag(self) -> Config:
-        # A completion's text ends before its first stop string; the tagged format needs the
-        # closing tag in the text (a tool call may stay unclosed: parse_tool_call).
-        if self.agent.action_format != "tagged" or self.agent.action_pattern is not None:
-            return self
-        for s in self.rollout.stop:
-            if s and s in "</action>":
-                raise ValueError(
-                    f"rollout.stop {s!r} cuts every completion before its closing </action> "
-                    "(a completion's text ends before its first stop string), so no tagged "
-                    "action would parse: drop it, or stop after the tag (the model's end "
-                    "of turn ends a reply already)"
-                )
+        if (problem := stop_problem(self.agent, self.rollout.stop)) is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

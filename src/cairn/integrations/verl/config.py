@@ -20,10 +20,10 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cairn.rollout import RolloutSettings
-from cairn.train.config import AdvantageConfig, AgentConfig, ConfigError
+from cairn.train.config import AdvantageConfig, AgentConfig, ConfigError, stop_problem
 
 __all__ = ["BRANCHING", "CairnVerlConfig", "RolloutSection", "cairn_config", "check_estimator"]
 
@@ -58,6 +58,12 @@ class CairnVerlConfig(BaseModel):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+
+    @model_validator(mode="after")
+    def _stop_keeps_the_closing_tag(self) -> CairnVerlConfig:
+        if (problem := stop_problem(self.agent, self.rollout.stop)) is not None:
+            raise ValueError(problem)
+        return self
 
     def settings(
         self,

@@ -630,7 +630,8 @@ def _scored_tails(batch: ScoreInputs) -> list[int]:
 def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
     """Length of the longest prefix all ``rows`` share: that of the lexicographically
     smallest and largest (rows between them share at least as much)."""
-    low, high = min(map(tuple, rows)), max(map(tuple, rows))
+    keys = [tuple(r) for r in rows]
+    low, high = min(keys), max(keys)
     for k, (a, b) in enumerate(zip(low, high, strict=False)):
         if a != b:
             return k

@@ -1,17 +1,28 @@
 """A prefix that every prompt (or scored context) begins with goes through the model once
 (``HFPolicy.share_prefix``): the same tokens are sampled for a fixed seed, log-probs,
 entropies and gradients equal the full forward's within float rounding, and the tokens
-pushed through the model fall by the prefix times the rows that share it."""
+pushed through the model fall by the prefix times the rows that share it. Scoring in
+buckets of similar length (``HFPolicy.bucket_cost``) feeds less padding, with the same
+numbers within float rounding."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 import torch
 
 from cairn.data.tokens import collate_scoring
 from cairn.envs import make
-from cairn.policies import HFPolicy, build_policy, local_tokenizer, save_model_dir
-from cairn.policies.hf import _common_prefix
+from cairn.policies import (
+    BUCKET_COST_CPU,
+    HFPolicy,
+    build_policy,
+    local_tokenizer,
+    save_model_dir,
+)
+from cairn.policies import hf as hf_mod
+from cairn.policies.hf import _common_prefix, _partition
 from cairn.policies.lora import LoraSpec, apply_lora
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.train.config import ModelConfig
@@ -181,8 +192,10 @@ def test_pretrained_models_share_the_prefix_the_tiny_default_does_not(tmp_path):
     folder = save_model_dir(policy, tmp_path / "tiny")
     loaded = build_policy(ModelConfig(path=str(folder)), env, env.instruction, seed=0)
     assert loaded.share_prefix and loaded.drop_finished
+    assert loaded.bucket_cost == BUCKET_COST_CPU
     default = build_policy(ModelConfig(), env, env.instruction, seed=0)
     assert not default.share_prefix and not default.drop_finished
+    assert default.bucket_cost is None
 
 
 def test_generation_groups_prompts_that_differ_in_their_last_token_with_lora():
@@ -203,3 +216,112 @@ def test_generation_groups_prompts_that_differ_in_their_last_token_with_lora():
     assert runs[True][0] == runs[False][0]
     for a, b in zip(runs[True][1], runs[False][1], strict=True):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b))
+
+
+# -- buckets of similar length (``bucket_cost``) ----------------------------------------------
+def test_partition_worked_numbers():
+    # Longest first: rows 0 (10), 2 (9), 3 (3), 1 (2). At 4 tokens a call, [0, 2] and [3, 1]
+    # feed 2 x 10 + 2 x 3 + 2 x 4 = 34; one bucket 4 x 10 + 4 = 44; each row alone 40.
+    assert _partition([10, 2, 9, 3], 4) == [[0, 2], [3, 1]]
+    assert _partition([10, 2, 9, 3], 0) == [[0], [2], [3], [1]]  # free calls: no padding
+    assert _partition([10, 2, 9, 3], 100) == [[0, 2, 3, 1]]  # dear calls: one batch
+    assert _partition([5, 5, 5], 0) == [[0, 1, 2]]  # a tie goes to fewer calls
+    assert _partition([7], 8) == [[0]]
+
+
+def _set_partitions(items: list[int]):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        yield [[first], *part]
+        for i in range(len(part)):
+            yield [*part[:i], [first, *part[i]], *part[i + 1 :]]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_partition_is_the_best_of_all_partitions(seed):
+    rng = random.Random(seed)
+    lengths = [rng.randint(1, 40) for _ in range(rng.randint(1, 7))]
+    cost = rng.choice([0, 3, 16, 64])
+
+    def fed(part: list[list[int]]) -> int:
+        return sum(len(b) * max(lengths[i] for i in b) + cost for b in part)
+
+    got = _partition(lengths, cost)
+    assert sorted(i for b in got for i in b) == list(range(len(lengths)))
+    assert fed(got) == min(fed(p) for p in _set_partitions(list(range(len(lengths)))))
+
+
+def _record_calls(policy: HFPolicy) -> list[tuple[int, int, int]]:
+    """(rows, columns fed, columns attended) of every decoder call from now on."""
+    calls: list[tuple[int, int, int]] = []
+
+    def hook(module, args, kwargs):
+        rows, width = kwargs["input_ids"].shape
+        calls.append((rows, width, kwargs["attention_mask"].shape[1]))
+
+    policy.model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)
+    return calls
+
+
+def _assert_close(a, b) -> None:
+    torch.testing.assert_close(a[0], b[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(a[1], b[1], atol=1e-5, rtol=0)
+    assert a[2].keys() == b[2].keys() and a[2]
+    for name, g in a[2].items():
+        torch.testing.assert_close(g, b[2][name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("share", [False, True])
+def test_buckets_feed_no_padding_and_give_the_same_numbers(share, attn):
+    policy, prompts = _policy(attn=attn)
+    batch = _batch(policy, prompts)
+    calls = _record_calls(policy)
+    one = _scores_and_grads(policy, batch, share)
+    padded = sum(rows * width for rows, width, _ in calls)
+    assert padded > one[3]  # one batch feeds padding: the contexts differ in length
+    calls.clear()
+    policy.bucket_cost = 0  # calls are free: each bucket holds rows of one length
+    bucketed = _scores_and_grads(policy, batch, share)
+    _assert_close(bucketed, one)
+    assert bucketed[3] == one[3]  # the same tokens, without the padding
+    assert sum(rows * width for rows, width, _ in calls) == bucketed[3]
+    policy.bucket_cost = 10**6  # calls too dear to split: the one batch's calls
+    calls.clear()
+    _assert_close(_scores_and_grads(policy, batch, share), one)
+    assert sum(rows * width for rows, width, _ in calls) == padded
+
+
+def test_buckets_under_gradient_checkpointing_feed_whole_contexts():
+    policy, prompts = _policy()
+    policy.model.gradient_checkpointing_enable(
+        gradient_checkpointing_kwargs={"use_reentrant": False}
+    )
+    policy.model.train()
+    batch = _batch(policy, prompts)
+    one = _scores_and_grads(policy, batch, share=True)
+    calls = _record_calls(policy)
+    policy.bucket_cost = 0
+    bucketed = _scores_and_grads(policy, batch, share=True)
+    _assert_close(bucketed, one)
+    assert len(calls) > 1 and all(width == attended for _, width, attended in calls)  # no cache
+    assert sum(rows * width for rows, width, _ in calls) == bucketed[3] == one[3]
+
+
+def test_a_cache_that_can_only_be_reordered_in_place_is_not_split(monkeypatch):
+    # Rows of a cache of another class (sliding windows...) are reordered in place, so only
+    # one batch may continue it: each stage after the first runs as one batch, as without
+    # buckets.
+    policy, prompts = _policy()
+    batch = _batch(policy, prompts)
+    calls = _record_calls(policy)
+    one = _scores_and_grads(policy, batch, share=True)
+    n_calls = len(calls)
+    monkeypatch.setattr(hf_mod, "plain_layers", lambda cache: None)
+    calls.clear()
+    policy.bucket_cost = 0
+    _assert_close(_scores_and_grads(policy, batch, share=True), one)
+    assert len(calls) == n_calls == 3  # the head, the groups, the contexts' own tokens

@@ -41,6 +41,13 @@ __all__ = [
 # Tokens per kept block of the prompts' shared prefix (HFPolicy.prefix_block): 256 of
 # sokoban_smol's 301-token instruction are kept across a rollout's turns.
 PREFIX_BLOCK = 128
+# What one more decoder call in an update is worth, in padding tokens (HFPolicy.bucket_cost):
+# on one CPU core a call of a few tokens after a ~500-token cache costs about what 25-40
+# tokens cost in a large call (0.1-0.2 s against ~4 ms a token, forward, on
+# SmolLM2-135M-Instruct). A GPU runs a small model's tokens almost free and its calls not,
+# so it buckets only where padding is large (a guess: not measured on a GPU).
+BUCKET_COST_CPU = 32
+BUCKET_COST_ACCELERATOR = 1024
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -174,10 +181,13 @@ def build_policy(
             model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
     policy = HFPolicy(model, tokenizer, device=cfg.device)
     # Pretrained models drop finished rows while generating, run their prompts' shared
-    # prefix once and keep its blocks between calls (not the tiny default: its recorded runs
-    # stay bit-identical; see HFPolicy.drop_finished, share_prefix and prefix_block).
+    # prefix once and keep its blocks between calls, and score in buckets of similar length
+    # (not the tiny default: its recorded runs stay bit-identical; see HFPolicy.drop_finished,
+    # share_prefix, prefix_block and bucket_cost).
     policy.drop_finished = policy.share_prefix = cfg.path is not None
     policy.prefix_block = PREFIX_BLOCK if cfg.path is not None else 0
+    cost = BUCKET_COST_CPU if policy.device.type == "cpu" else BUCKET_COST_ACCELERATOR
+    policy.bucket_cost = cost if cfg.path is not None else None
     return policy
 
 

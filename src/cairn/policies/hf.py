@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from cairn.data.tokens import ScoreInputs, left_pad
 from cairn.losses import entropy_from_logits, logprobs_from_logits
 from cairn.losses.logprobs import logprobs_from_hidden
-from cairn.policies.kv import KeptCaches, weights_version
+from cairn.policies.kv import KeptCaches, plain_layers, weights_version
 
 __all__ = ["Generation", "HFPolicy", "end_token_ids"]
 
@@ -93,6 +93,11 @@ class HFPolicy:
     at every turn of a rollout) feeds only what follows them. A block is always computed
     from the same tokens after the same blocks, so a kept block equals a recomputed one bit
     for bit and the numbers do not depend on what earlier calls kept. 0: off.
+
+    ``bucket_cost``: ``score`` feeds each stage of shared tokens, and then the contexts' own
+    tokens, in buckets of similar length instead of one batch padded to the longest row
+    (``_partition``: the fewest tokens fed, counting each further call as this many). The
+    numbers differ from one batch's by float rounding only. None: one batch (off).
     """
 
     drop_finished: bool = False
@@ -101,6 +106,7 @@ class HFPolicy:
     min_shared_prefix: int = 16
     reuse_cache: bool = False
     prefix_block: int = 0
+    bucket_cost: int | None = None
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str | torch.device = "cpu"):
         self.model = model.to(device)
@@ -297,66 +303,135 @@ class HFPolicy:
         of which the last ``keep`` tokens (one count, or one per row) must be fed last.
 
         With ``share_prefix``, the tokens rows share go through ``module`` once per group
-        of rows that share them, in the stages ``_prefix_stages`` plans: the prefix every
-        row begins with, as one row; then each group of rows that agree on all they may
-        share (a GRPO group's prompt), as one row. Each stage's cache is repeated to the
-        next stage's rows, and ``ids`` are the rows' remaining tokens, left-padded; the
-        mask covers every stage's columns, padding included (the positions follow the
+        of rows that share them, in the stages ``_prefix_stages`` plans (``_staged``), and
+        ``ids`` are the rows' remaining tokens, left-padded after the last stage's cache;
+        the mask covers every stage's columns, padding included (the positions follow the
         mask). Attention to the shared keys is what the full forward computes, so only
         float rounding differs. Otherwise: no cache, the whole rows left-padded.
+        """
+        keeps = [keep] * len(rows) if isinstance(keep, int) else list(keep)
+        staged = self._staged(module, rows, keeps, blocks, None, kwargs)
+        tails = staged.tails(rows)
+        past = staged.pasts[0]
+        if past is None:
+            ids, attn = left_pad(tails, self.pad_id)
+            return None, ids, attn
+        cache, attn = self._rows(past, [staged.where[g][1] for g in staged.group])
+        ids, rest = left_pad(tails, self.pad_id)
+        return cache, ids, torch.cat([attn, rest.to(self.device)], dim=1)
 
+    def _staged(
+        self,
+        module: torch.nn.Module,
+        rows: Sequence[Sequence[int]],
+        keeps: Sequence[int],
+        blocks: KeptCaches | None,
+        cost: int | None,
+        kwargs: dict[str, Any],
+    ) -> _Staged:
+        """Run the stages ``_prefix_stages`` plans for ``rows`` (``keeps``: their last tokens
+        to feed last) through ``module``: first the prefix every row begins with, as one row;
+        then each group of rows that agree on all they may share (a GRPO group's prompt), as
+        one row after it.
+
+        ``cost`` (``bucket_cost``): a stage's rows run in buckets of similar length
+        (``_buckets``), each after its parents' rows of the cache that made them, so little
+        padding is fed; None: one batch per stage, whose cache the next stage's rows repeat.
         ``blocks`` (generation, ``prefix_block``): the prefix of all rows runs in whole
         blocks, each kept there or taken from there (``_blocked_prefix``), then its rest.
         """
-        keeps = [keep] * len(rows) if isinstance(keep, int) else list(keep)
-        past = None  # (cache, attention mask) of the stages run so far
-        group, cut = [0] * len(rows), [0]  # no stage yet: every row from its first token
+        staged = _Staged(pasts=[None], where=[(0, 0)], group=[0] * len(rows), cut=[0])
         for new_group, new_cut in self._prefix_stages(rows, keeps, single=blocks is not None):
             reps = _representatives(new_group)
-            segs = [rows[r][cut[group[r]] : new_cut[g]] for g, r in enumerate(reps)]
-            if past is None and blocks is not None and len(reps) == 1:  # all rows' prefix
-                past = self._blocked_prefix(module, segs[0], blocks, kwargs)
-            else:
-                past = self._extend(module, past, [group[r] for r in reps], segs, kwargs)
-            group, cut = new_group, new_cut
-        if past is None:
-            ids, attn = left_pad(rows, self.pad_id)
-            return None, ids, attn
-        cache, attn = past
-        ids, rest = left_pad([r[cut[g] :] for r, g in zip(rows, group, strict=True)], self.pad_id)
-        index = torch.tensor(group, device=self.device)
-        cache.reorder_cache(index)
-        return cache, ids, torch.cat([attn[index], rest.to(self.device)], dim=1)
+            old = staged
+            segs = [rows[r][old.cut[old.group[r]] : new_cut[g]] for g, r in enumerate(reps)]
+            parent = [old.where[old.group[r]] for r in reps]
+            staged = _Staged(pasts=[], where=[(0, 0)] * len(reps), group=new_group, cut=new_cut)
+            for p, members in _by_past(parent).items():
+                past = old.pasts[p]
+                if past is None and blocks is not None and len(reps) == 1:  # all rows' prefix
+                    staged.pasts.append(self._blocked_prefix(module, segs[0], blocks, kwargs))
+                    continue
+                buckets = self._buckets(past, [len(segs[g]) for g in members], cost)
+                for bucket in buckets:
+                    gs = [members[i] for i in bucket]
+                    index = [parent[g][1] for g in gs]
+                    after = None if past is None else self._rows(past, index, len(buckets) == 1)
+                    staged.pasts.append(self._extend(module, after, [segs[g] for g in gs], kwargs))
+                    for j, g in enumerate(gs):
+                        staged.where[g] = (len(staged.pasts) - 1, j)
+        return staged
 
     def _extend(
         self,
         module: torch.nn.Module,
         past: tuple[Any, torch.Tensor] | None,
-        parents: list[int],
         segs: list[Sequence[int]],
         kwargs: dict[str, Any],
     ) -> tuple[Any, torch.Tensor]:
-        """Run the token rows ``segs`` through ``module`` after rows ``parents`` of
-        ``past`` (its cache and attention mask; None: from position 0): the extended cache
-        and its attention mask."""
+        """Run the token rows ``segs`` through ``module``, each after the same row of
+        ``past`` (a cache and its attention mask; None: from position 0): the extended
+        cache and its attention mask."""
+        out, attn = self._feed(module, past, segs, kwargs, use_cache=True)
+        return (out.cache if hasattr(out, "cache") else out.past_key_values), attn
+
+    def _feed(
+        self,
+        module: torch.nn.Module,
+        past: tuple[Any, torch.Tensor] | None,
+        segs: Sequence[Sequence[int]],
+        kwargs: dict[str, Any],
+        use_cache: bool,
+    ) -> tuple[Any, torch.Tensor]:
+        """``module``'s output for the token rows ``segs``, left-padded, each after the same
+        row of ``past`` (``_extend``), and the attention mask of all its columns."""
         ids, seg_attn = left_pad(segs, self.pad_id)
         ids, seg_attn = ids.to(self.device), seg_attn.to(self.device)
         cache = None
         if past is not None:
             cache, attn = past
-            index = torch.tensor(parents, device=self.device)
-            cache.reorder_cache(index)
-            seg_attn = torch.cat([attn[index], seg_attn], dim=1)
+            seg_attn = torch.cat([attn, seg_attn], dim=1)
         out = module(
             input_ids=ids,
             attention_mask=seg_attn,
             position_ids=_positions(seg_attn)[:, seg_attn.shape[1] - ids.shape[1] :],
-            use_cache=True,
+            use_cache=use_cache,
             **({_cache_kwarg(module): cache} if cache is not None else {}),  # as generate's
             **kwargs,
         )
         self.forward_tokens += sum(map(len, segs))
-        return (out.cache if hasattr(out, "cache") else out.past_key_values), seg_attn
+        return out, seg_attn
+
+    def _rows(
+        self, past: tuple[Any, torch.Tensor], index: list[int], alone: bool = True
+    ) -> tuple[Any, torch.Tensor]:
+        """Rows ``index`` of ``past`` (a cache and its attention mask). ``alone``: nothing
+        else continues ``past``, whose cache is reordered in place (the next forward appends
+        to it); else a new cache of plain layers (``_buckets`` keeps others alone), so that
+        ``past`` stays as it is and gradients flow back to it."""
+        cache, attn = past
+        if alone and index == list(range(attn.shape[0])):
+            return past
+        at = torch.tensor(index, device=self.device)
+        if alone:
+            cache.reorder_cache(at)
+            return cache, attn[at]
+        from transformers import DynamicCache
+
+        rows = DynamicCache()
+        for i, layer in enumerate(plain_layers(cache) or ()):
+            rows.update(layer.keys.index_select(0, at), layer.values.index_select(0, at), i)
+        return rows, attn[at]
+
+    def _buckets(
+        self, past: tuple[Any, torch.Tensor] | None, lengths: Sequence[int], cost: int | None
+    ) -> list[list[int]]:
+        """The rows (indices of ``lengths``) to feed in one batch each after ``past``:
+        ``_partition`` by ``cost``, or all in one (``cost`` None, or a cache ``_rows`` can
+        only reorder in place)."""
+        if cost is None or (past is not None and plain_layers(past[0]) is None):
+            return [list(range(len(lengths)))]
+        return _partition(lengths, cost)
 
     def _blocked_prefix(
         self,
@@ -373,13 +448,13 @@ class HFPolicy:
         done = max((n for n in ends if tuple(seg[:n]) in blocks.rows), default=0)
         past = blocks.batch([tuple(seg[:done])], self.device) if done else None
         for n in range(done + size, len(seg) + 1, size):
-            past = self._extend(module, past, [0], [seg[n - size : n]], kwargs)
+            past = self._extend(module, past, [seg[n - size : n]], kwargs)
             if sum(map(len, blocks.rows)) + n > KEPT_BLOCK_TOKENS:
                 blocks.clear(blocks.version)  # bounded memory: start over
             blocks.keep(past[0], past[1], 0, seg[:n])
         rest = seg[len(seg) - len(seg) % size :]
         if rest:
-            past = self._extend(module, past, [0], [rest], kwargs)
+            past = self._extend(module, past, [rest], kwargs)
         assert past is not None  # seg is not empty
         return past
 
@@ -507,21 +582,7 @@ class HFPolicy:
         if split is None:
             return self._score_logits(batch, temperature, with_entropy)
         decoder, head = split
-        cache, ids, attn = None, batch.input_ids, batch.attention_mask
-        if self.share_prefix and not _checkpointing(self.model):
-            # The contexts' common prefix once (``_shared_prefix``); gradients reach it
-            # through the cache rows, summed over the contexts that attend to it.
-            contexts = _unpadded(ids, attn)
-            cache, ids, attn = self._shared_prefix(decoder, contexts, keep=_scored_tails(batch))
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        hidden = decoder(
-            input_ids=ids,
-            attention_mask=attn,
-            position_ids=_positions(attn)[:, attn.shape[1] - ids.shape[1] :],
-            use_cache=cache is not None,
-            **({_cache_kwarg_of(type(decoder)): cache} if cache is not None else {}),
-        ).last_hidden_state  # (U, W, H): W = L without the shared prefix
-        self.forward_tokens += int(attn[:, attn.shape[1] - ids.shape[1] :].sum())
+        hidden = self._hidden(decoder, batch)  # (U, W, H): W = L without a shared prefix
         mask = batch.action_mask.to(self.device)
         rows, cols = mask.nonzero(as_tuple=True)  # (N,) response positions
         # The logits at context column L - A + j predict action column j.
@@ -535,6 +596,46 @@ class HFPolicy:
         zeros = lp.new_zeros(mask.shape)  # (B, A)
         logp = zeros.index_put((rows, cols), lp)
         return logp, (zeros.index_put((rows, cols), ent) if ent is not None else None)
+
+    def _hidden(self, decoder: torch.nn.Module, batch: ScoreInputs) -> torch.Tensor:
+        """The decoder's final hidden states (U, W, H) of ``batch``'s U contexts, each after
+        the tokens it shares with others (``share_prefix``; gradients reach them through the
+        cache rows, summed over the contexts that attend to them), left-padded to W.
+
+        With ``bucket_cost``, every stage and then the contexts' own tokens run in buckets
+        of similar length (``_partition``); their outputs are left-padded to W again, where
+        nothing reads the padding.
+        """
+        shares = self.share_prefix and not _checkpointing(self.model)
+        if not shares and self.bucket_cost is None:
+            ids, attn = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
+            self.forward_tokens += int(attn.sum())
+            return decoder(
+                input_ids=ids, attention_mask=attn, position_ids=_positions(attn), use_cache=False
+            ).last_hidden_state
+        contexts = _unpadded(batch.input_ids, batch.attention_mask)
+        keep = _scored_tails(batch) if shares else [len(c) for c in contexts]  # all: no stage
+        staged = self._staged(decoder, contexts, keep, None, self.bucket_cost, {})
+        tails = staged.tails(contexts)
+        width = max(1, max(map(len, tails)))
+        where = [staged.where[g] for g in staged.group]
+        parts, order = [], []
+        for p, members in _by_past(where).items():
+            past = staged.pasts[p]
+            buckets = self._buckets(past, [len(tails[u]) for u in members], self.bucket_cost)
+            for bucket in buckets:
+                us = [members[i] for i in bucket]
+                index = [where[u][1] for u in us]
+                after = None if past is None else self._rows(past, index, len(buckets) == 1)
+                out, _ = self._feed(decoder, after, [tails[u] for u in us], {}, after is not None)
+                parts.append(
+                    F.pad(out.last_hidden_state, (0, 0, width - out.last_hidden_state.shape[1], 0))
+                )
+                order += us
+        hidden = torch.cat(parts)
+        if order != sorted(order):
+            hidden = hidden[torch.tensor(order, device=self.device).argsort()]
+        return hidden
 
     def _score_logits(
         self, batch: ScoreInputs, temperature: float, with_entropy: bool
@@ -614,6 +715,52 @@ def _representatives(group: Sequence[int]) -> list[int]:
     for row, g in enumerate(group):
         first.setdefault(g, row)
     return [first[g] for g in range(len(first))]
+
+
+@dataclass
+class _Staged:
+    """The prefix stages run so far (``HFPolicy._staged``): ``pasts``, the (cache, mask)
+    of each batch the last stage ran (``[None]`` before any); ``where``, per group of that
+    stage, its batch in ``pasts`` and its row there; ``group`` (row -> group) and ``cut``
+    (per group: its tokens fed, from position 0)."""
+
+    pasts: list[tuple[Any, torch.Tensor] | None]
+    where: list[tuple[int, int]]
+    group: list[int]
+    cut: list[int]
+
+    def tails(self, rows: Sequence[Sequence[int]]) -> list[Sequence[int]]:
+        """Each row's tokens after its group's stages."""
+        return [r[self.cut[g] :] for r, g in zip(rows, self.group, strict=True)]
+
+
+def _by_past(where: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    """The indices of ``where`` ((batch, row) pairs) by batch, batches in order."""
+    out: dict[int, list[int]] = {}
+    for i, (p, _) in enumerate(where):
+        out.setdefault(p, []).append(i)
+    return dict(sorted(out.items()))
+
+
+def _partition(lengths: Sequence[int], cost: int) -> list[list[int]]:
+    """The indices of ``lengths`` in buckets, longest rows first, that minimise the tokens
+    fed when each bucket is left-padded to its longest row, plus ``cost`` tokens per bucket
+    (what one more forward call is worth). Optimal among all partitions: some optimal one
+    cuts the longest-first order into runs (swapping a shorter row into a bucket with a
+    longer head never adds padding), and dynamic programming finds the best runs."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    best = [0] + [0] * len(order)  # best[k]: the cost of the first k rows of ``order``
+    start = [0] * (len(order) + 1)  # where the last run of that best partition starts
+    for end in range(1, len(order) + 1):
+        costs = [best[k] + (end - k) * lengths[order[k]] + cost for k in range(end)]
+        start[end] = min(range(end), key=costs.__getitem__)
+        best[end] = costs[start[end]]
+    runs: list[list[int]] = []
+    end = len(order)
+    while end:
+        runs.insert(0, order[start[end] : end])
+        end = start[end]
+    return runs
 
 
 def _scored_tails(batch: ScoreInputs) -> list[int]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["KeptCaches", "weights_version"]
+__all__ = ["KeptCaches", "plain_layers", "weights_version"]
 
 Row = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (heads, T, dim)
 
@@ -36,7 +36,9 @@ def weights_version(model: torch.nn.Module) -> int:
     return sum(p._version for p in model.parameters())
 
 
-def _plain_layers(cache: Any) -> list[Any] | None:
+def plain_layers(cache: Any) -> list[Any] | None:
+    """The layers of ``cache`` when each is a plain key and value tensor (no sliding
+    window), else None."""
     layers = getattr(cache, "layers", None)
     if not layers or any(getattr(layer, "is_sliding", False) for layer in layers):
         return None
@@ -69,7 +71,7 @@ class KeptCaches:
     def keep(self, cache: Any, attn: torch.Tensor, j: int, seq: Sequence[int]) -> None:
         """Keep row ``j`` of ``cache`` for the tokens ``seq``: the first ``len(seq)``
         columns that ``attn`` (the batch's attention mask) attends to."""
-        layers = _plain_layers(cache)
+        layers = plain_layers(cache)
         if layers is None or not seq:
             return
         cols = attn[j].nonzero().squeeze(1)[: len(seq)]

@@ -19,6 +19,8 @@ from the run folder:
 - peak RSS of the process.
 
     nice python benchmarks/real_models.py --budget 600 --jobs 2
+    nice python benchmarks/real_models.py --presets sokoban_smol --set model.dtype=bfloat16 \
+        --out runs/real_bf16 --record benchmarks/results/real/sokoban_smol_bf16.md
     python benchmarks/real_models.py --report-only   # the record from the runs on disk
 
 Runs go to ``runs/real/<preset>-s<seed>``; the record to
@@ -54,8 +56,9 @@ _RUN = (
 )
 
 
-def run_one(preset: str, seed: int, budget: float, out: Path) -> dict:
-    """Train ``preset`` with ``seed`` for ``budget`` seconds into ``out``; its result."""
+def run_one(preset: str, seed: int, budget: float, out: Path, extra: list[str]) -> dict:
+    """Train ``preset`` with ``seed`` for ``budget`` seconds into ``out`` (``extra``:
+    further ``KEY=VALUE`` overrides); its result."""
     folder = out / f"{preset}-s{seed}"
     if (folder / "result.json").is_file():
         return json.loads((folder / "result.json").read_text())
@@ -67,6 +70,7 @@ def run_one(preset: str, seed: int, budget: float, out: Path) -> dict:
     }  # fmt: skip
     cmd = [sys.executable, "-c", _RUN, "train", preset]
     cmd += [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+    cmd += [x for kv in extra for x in ("--set", kv)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     t0 = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -185,6 +189,7 @@ def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
         cmd += f" --presets {' '.join(args.presets)}"
     if args.record != RECORD:
         cmd += f" --record {args.record.relative_to(ROOT)}"
+    cmd += "".join(f" --set {kv}" for kv in args.set)
     return f"""# The embedded real model (SmolLM2-135M-Instruct, LoRA) before and after RL
 
 Command: `{cmd}` (each run: `cairn train PRESET --set seed=S --set
@@ -215,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", default="", help="what else ran, for the record")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--record", type=Path, default=RECORD, help="the record file to write")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run"
+    )
     args = p.parse_args(argv)
     # seed-major: with --jobs 2 the runs that start together are different presets, so
     # two search_qa_smol runs (up to 10.8 GiB each) do not share the machine's memory
@@ -224,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         results = [r for r in results if r is not None]
     else:
         with ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda t: run_one(*t, args.budget, args.out), todo))
+            results = list(pool.map(lambda t: run_one(*t, args.budget, args.out, args.set), todo))
     for r in results:
         print(json.dumps(r))
     load = args.load or f"{args.jobs} run(s) at once"

@@ -81,3 +81,31 @@ def test_the_table_gives_mean_and_range_over_seeds():
     results = [{"preset": "p", "seed": s, **dict.fromkeys(keys, float(s))} for s in (1, 3)]
     line = mod.table(results).splitlines()[2]
     assert line.startswith("| p | 1,3 | 2.00 (1.00-3.00) |") and line.endswith("| 2.0 (1.0-3.0) |")
+
+
+def test_overrides_reach_every_run_and_the_record(tmp_path, monkeypatch):
+    mod = _bench()
+    seen = []
+
+    class Failed:
+        returncode, stdout, stderr = 1, "", "stopped here"
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return Failed()
+
+    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    try:
+        mod.run_one("sokoban_smol", 2, 60.0, tmp_path, ["model.dtype=bfloat16"])
+    except RuntimeError as err:
+        assert "sokoban_smol seed 2 failed" in str(err) and "stopped here" in str(err)
+    else:
+        raise AssertionError("a failed run must raise")
+    cmd = seen[0]
+    assert cmd[cmd.index("model.dtype=bfloat16") - 1] == "--set"
+    assert cmd[cmd.index("seed=2") - 1] == "--set"
+    args = mod.argparse.Namespace(
+        budget=60.0, jobs=3, seeds=[0], presets=["sokoban_smol"],
+        record=mod.RECORD, set=["model.dtype=bfloat16"],
+    )  # fmt: skip
+    assert "--set model.dtype=bfloat16`" in mod.record([], args, "3 run(s) at once")

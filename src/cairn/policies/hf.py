@@ -14,7 +14,7 @@ that scoring applies the very same restriction (ratio = 1 before the first updat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from inspect import signature
@@ -335,7 +335,7 @@ class HFPolicy:
         one row after it.
 
         ``cost`` (``bucket_cost``): a stage's rows run in buckets of similar length
-        (``_buckets``), each after its parents' rows of the cache that made them, so little
+        (``_batches``), each after its parents' rows of the cache that made them, so little
         padding is fed; None: one batch per stage, whose cache the next stage's rows repeat.
         ``blocks`` (generation, ``prefix_block``): the prefix of all rows runs in whole
         blocks, each kept there or taken from there (``_blocked_prefix``), then its rest.
@@ -347,19 +347,13 @@ class HFPolicy:
             segs = [rows[r][old.cut[old.group[r]] : new_cut[g]] for g, r in enumerate(reps)]
             parent = [old.where[old.group[r]] for r in reps]
             staged = _Staged(pasts=[], where=[(0, 0)] * len(reps), group=new_group, cut=new_cut)
-            for p, members in _by_past(parent).items():
-                past = old.pasts[p]
-                if past is None and blocks is not None and len(reps) == 1:  # all rows' prefix
-                    staged.pasts.append(self._blocked_prefix(module, segs[0], blocks, kwargs))
-                    continue
-                buckets = self._buckets(past, [len(segs[g]) for g in members], cost)
-                for bucket in buckets:
-                    gs = [members[i] for i in bucket]
-                    index = [parent[g][1] for g in gs]
-                    after = None if past is None else self._rows(past, index, len(buckets) == 1)
-                    staged.pasts.append(self._extend(module, after, [segs[g] for g in gs], kwargs))
-                    for j, g in enumerate(gs):
-                        staged.where[g] = (len(staged.pasts) - 1, j)
+            if old.pasts == [None] and blocks is not None and len(reps) == 1:  # all rows' prefix
+                staged.pasts.append(self._blocked_prefix(module, segs[0], blocks, kwargs))
+                continue
+            for gs, after in self._batches(old.pasts, parent, list(map(len, segs)), cost):
+                staged.pasts.append(self._extend(module, after, [segs[g] for g in gs], kwargs))
+                for j, g in enumerate(gs):
+                    staged.where[g] = (len(staged.pasts) - 1, j)
         return staged
 
     def _extend(
@@ -407,7 +401,7 @@ class HFPolicy:
     ) -> tuple[Any, torch.Tensor]:
         """Rows ``index`` of ``past`` (a cache and its attention mask). ``alone``: nothing
         else continues ``past``, whose cache is reordered in place (the next forward appends
-        to it); else a new cache of plain layers (``_buckets`` keeps others alone), so that
+        to it); else a new cache of plain layers (``_batches`` keeps others alone), so that
         ``past`` stays as it is and gradients flow back to it."""
         cache, attn = past
         if alone and index == list(range(attn.shape[0])):
@@ -423,15 +417,28 @@ class HFPolicy:
             rows.update(layer.keys.index_select(0, at), layer.values.index_select(0, at), i)
         return rows, attn[at]
 
-    def _buckets(
-        self, past: tuple[Any, torch.Tensor] | None, lengths: Sequence[int], cost: int | None
-    ) -> list[list[int]]:
-        """The rows (indices of ``lengths``) to feed in one batch each after ``past``:
-        ``_partition`` by ``cost``, or all in one (``cost`` None, or a cache ``_rows`` can
-        only reorder in place)."""
-        if cost is None or (past is not None and plain_layers(past[0]) is None):
-            return [list(range(len(lengths)))]
-        return _partition(lengths, cost)
+    def _batches(
+        self,
+        pasts: list[tuple[Any, torch.Tensor] | None],
+        where: Sequence[tuple[int, int]],
+        lengths: Sequence[int],
+        cost: int | None,
+    ) -> Iterator[tuple[list[int], tuple[Any, torch.Tensor] | None]]:
+        """The batches that feed items of ``lengths`` tokens, each item after row
+        ``where[i] = (p, j)`` of ``pasts[p]``: (the items, their parents' cache rows, None
+        from position 0). The items after one cache are split by ``_partition`` with
+        ``cost`` (``bucket_cost``), or kept in one batch (``cost`` None, or a cache that can
+        only be reordered in place)."""
+        for p, members in _by_past(where).items():
+            past = pasts[p]
+            if cost is None or (past is not None and plain_layers(past[0]) is None):
+                buckets = [list(range(len(members)))]
+            else:
+                buckets = _partition([lengths[i] for i in members], cost)
+            for bucket in buckets:
+                items = [members[i] for i in bucket]
+                index = [where[i][1] for i in items]
+                yield items, None if past is None else self._rows(past, index, len(buckets) == 1)
 
     def _blocked_prefix(
         self,
@@ -620,18 +627,13 @@ class HFPolicy:
         width = max(1, max(map(len, tails)))
         where = [staged.where[g] for g in staged.group]
         parts, order = [], []
-        for p, members in _by_past(where).items():
-            past = staged.pasts[p]
-            buckets = self._buckets(past, [len(tails[u]) for u in members], self.bucket_cost)
-            for bucket in buckets:
-                us = [members[i] for i in bucket]
-                index = [where[u][1] for u in us]
-                after = None if past is None else self._rows(past, index, len(buckets) == 1)
-                out, _ = self._feed(decoder, after, [tails[u] for u in us], {}, after is not None)
-                parts.append(
-                    F.pad(out.last_hidden_state, (0, 0, width - out.last_hidden_state.shape[1], 0))
-                )
-                order += us
+        for us, after in self._batches(
+            staged.pasts, where, list(map(len, tails)), self.bucket_cost
+        ):
+            out, _ = self._feed(decoder, after, [tails[u] for u in us], {}, after is not None)
+            hidden = out.last_hidden_state
+            parts.append(F.pad(hidden, (0, 0, width - hidden.shape[1], 0)))
+            order += us
         hidden = torch.cat(parts)
         if order != sorted(order):
             hidden = hidden[torch.tensor(order, device=self.device).argsort()]

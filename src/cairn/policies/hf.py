@@ -412,8 +412,10 @@ class HFPolicy:
             return cache, attn[at]
         from transformers import DynamicCache
 
+        layers = plain_layers(cache)
+        assert layers is not None, "only plain caches are continued by several batches"
         rows = DynamicCache()
-        for i, layer in enumerate(plain_layers(cache) or ()):
+        for i, layer in enumerate(layers):
             rows.update(layer.keys.index_select(0, at), layer.values.index_select(0, at), i)
         return rows, attn[at]
 

@@ -311,13 +311,11 @@ class HFPolicy:
         """
         keeps = [keep] * len(rows) if isinstance(keep, int) else list(keep)
         staged = self._staged(module, rows, keeps, blocks, None, kwargs)
-        tails = staged.tails(rows)
+        ids, rest = left_pad(staged.tails(rows), self.pad_id)
         past = staged.pasts[0]
         if past is None:
-            ids, attn = left_pad(tails, self.pad_id)
-            return None, ids, attn
+            return None, ids, rest
         cache, attn = self._rows(past, [staged.where[g][1] for g in staged.group])
-        ids, rest = left_pad(tails, self.pad_id)
         return cache, ids, torch.cat([attn, rest.to(self.device)], dim=1)
 
     def _staged(
@@ -616,12 +614,6 @@ class HFPolicy:
         nothing reads the padding.
         """
         shares = self.share_prefix and not _checkpointing(self.model)
-        if not shares and self.bucket_cost is None:
-            ids, attn = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
-            self.forward_tokens += int(attn.sum())
-            return decoder(
-                input_ids=ids, attention_mask=attn, position_ids=_positions(attn), use_cache=False
-            ).last_hidden_state
         contexts = _unpadded(batch.input_ids, batch.attention_mask)
         keep = _scored_tails(batch) if shares else [len(c) for c in contexts]  # all: no stage
         staged = self._staged(decoder, contexts, keep, None, self.bucket_cost, {})

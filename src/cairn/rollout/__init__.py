@@ -15,16 +15,10 @@ columns such as ``value`` or ``after_error``) for the estimators that read them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
-
-import torch
+from typing import Any
 
 from cairn._registry import ImportRegistry
-from cairn.agent import PromptBuilder
-from cairn.data.episode import Episode
-from cairn.policies.hf import HFPolicy
+from cairn.rollout.context import RolloutContext, Strategy
 from cairn.rollout.envpool import EnvFactory, EnvPool, WorkerPool, make_env_pool
 from cairn.rollout.group import GroupStrategy
 from cairn.rollout.loop import (
@@ -58,24 +52,6 @@ __all__ = [
     "turn_stats",
     "validate_strategy_options",
 ]
-
-
-@dataclass
-class RolloutContext:
-    """What a strategy samples with. Episode ids start at ``first_episode_id``."""
-
-    policy: HFPolicy
-    envs: EnvPool | WorkerPool
-    prompt: PromptBuilder
-    settings: RolloutSettings
-    generator: torch.Generator | None = None
-    first_episode_id: int = 0
-
-
-class Strategy(Protocol):
-    def collect(
-        self, ctx: RolloutContext, seeds: Sequence[int], group_size: int
-    ) -> list[Episode]: ...
 
 
 STRATEGIES = ImportRegistry(

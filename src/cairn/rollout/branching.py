@@ -53,7 +53,7 @@ from cairn.rollout.loop import TASK_INFO_KEYS, Policy, drop_faulted, end_by_faul
 from cairn.rollout.turn import State
 
 if TYPE_CHECKING:
-    from cairn.rollout import RolloutContext
+    from cairn.rollout.context import RolloutContext
 
 __all__ = [
     "EnvSlots",

@@ -51,7 +51,7 @@ from cairn.data.episode import Episode
 from cairn.rollout.branching import Forest, Path, sigmoid
 
 if TYPE_CHECKING:
-    from cairn.rollout import RolloutContext
+    from cairn.rollout.context import RolloutContext
 
 __all__ = ["ErrorSearchStrategy", "Search", "continuations", "entropy_rise"]
 

@@ -13,7 +13,7 @@ from cairn.data.episode import Episode
 from cairn.rollout.loop import rollout, tasks_for_groups
 
 if TYPE_CHECKING:
-    from cairn.rollout import RolloutContext
+    from cairn.rollout.context import RolloutContext
 
 __all__ = ["GroupStrategy"]
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -49,6 +48,7 @@ from cairn.envs import StepResult, TextEnv
 from cairn.policies.hf import Generation
 from cairn.rollout import turn
 from cairn.rollout.envpool import EnvFault, FaultStats, owner_of, reset_all, step_all
+from cairn.rollout.settings import RolloutSettings
 from cairn.rollout.turn import TASK_INFO_KEYS
 
 __all__ = [
@@ -64,31 +64,6 @@ __all__ = [
     "tasks_for_groups",
     "turn_stats",
 ]
-
-
-@dataclass(frozen=True)
-class RolloutSettings:
-    """How actions are sampled and what an invalid one costs."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 16
-    stop: tuple[str, ...] = ()
-    restrict_to_admissible: bool = False
-    greedy: bool = False
-    max_turns: int | None = None
-    invalid_penalty: float = 0.1
-    action_pattern: str | None = None
-    action_format: str = "line"  # cairn.agent.parse: line | tagged | tool_call
-    format_reward: float = 0.0  # added (shaped "format") to a step whose action parsed
-    context_budget: int | None = None  # prompt tokens at most (model context - new tokens)
-    instruction: str | None = (
-        None  # agent.instruction: replaces the env's wherever prompts are built
-    )
-    describe_format: bool = (
-        False  # append the answer format of action_format (agent.describe_format)
-    )
-    response_prefix: str = ""  # agent.response_prefix: opens every reply, in the prompt
 
 
 class Policy(Protocol):

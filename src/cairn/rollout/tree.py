@@ -53,7 +53,7 @@ from cairn.data.episode import Episode
 from cairn.rollout.branching import Forest, Path
 
 if TYPE_CHECKING:
-    from cairn.rollout import RolloutContext
+    from cairn.rollout.context import RolloutContext
 
 __all__ = ["TreeStrategy"]
 

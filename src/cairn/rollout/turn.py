@@ -37,7 +37,7 @@ from cairn.data.events import EndReason, EpisodeEnd
 
 if TYPE_CHECKING:
     from cairn.envs import StepResult, TextEnv
-    from cairn.rollout.loop import RolloutSettings
+    from cairn.rollout.settings import RolloutSettings
 
 __all__ = [
     "ENV_COLUMNS",

@@ -28,27 +28,29 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 import numpy as np
 import torch
 
 from cairn.advantages import compute as compute_advantages
+from cairn.agent import PromptBuilder
 from cairn.data import rundir
 from cairn.data.episode import Episode, Source, to_records, to_step_batch
 from cairn.data.step_batch import StepBatch
 from cairn.data.tokens import TokenBatch
 from cairn.exploration import Exploration
-from cairn.losses import LossConfig
-from cairn.policies.lora import reference_logprobs, reference_model
-from cairn.rewards import RewardContext, make_reward
+from cairn.policies.engines import Engine
+from cairn.policies.hf import HFPolicy
+from cairn.policies.lora import reference_logprobs
+from cairn.rewards import RewardContext, RewardFn
 from cairn.rollout import (
     EnvFactory,
+    EnvPool,
     RolloutContext,
     RolloutSettings,
     Strategy,
-    make_env_pool,
-    make_strategy,
+    WorkerPool,
     rollout,
     tasks_for_groups,
 )
@@ -57,11 +59,12 @@ from cairn.train import budget
 from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from cairn.train.config import Config
 from cairn.train.distributed import Dist
-from cairn.train.learners import Actor, build_learners, train_learners
+from cairn.train.learners import Actor, SideLearner, train_learners
+from cairn.train.parts import TrainParts, build_parts
 from cairn.train.resume import restore_trainer, trainer_state
 from cairn.train.runconfig import CONFIG_COPY, config_sha256, config_writer, record_amendment
 from cairn.train.runlog import RunLog
-from cairn.train.setup import build_policy_engine, new_run_dir, sampling_settings
+from cairn.train.setup import new_run_dir
 from cairn.train.state import TrainState
 from cairn.train.summary import episode_stats, summarize
 from cairn.train.warmup import run_warmup_stage
@@ -69,6 +72,26 @@ from cairn.train.warmup import run_warmup_stage
 __all__ = ["Trainer", "episode_stats", "new_run_dir"]
 
 TRAIN_SEED_RANGE = 1_000_000_000  # train seeds are drawn below it, eval seeds start at it
+T = TypeVar("T")
+
+
+class _Part(Generic[T]):
+    """``trainer.<name>``: the part ``trainer.parts.<name>``, read through (warm-up and
+    resume act on the parts, and the trainer sees what they put there at once). Read-only
+    in use; a test may still set the name on a bare ``Trainer.__new__`` instance (a
+    non-data descriptor: the instance's own attribute wins)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, trainer: None, owner: type) -> _Part[T]: ...
+
+    @overload
+    def __get__(self, trainer: Trainer, owner: type) -> T: ...
+
+    def __get__(self, trainer: Trainer | None, owner: type) -> T | _Part[T]:
+        return self if trainer is None else cast(T, getattr(trainer.parts, self.name))
 
 
 class Trainer:
@@ -98,32 +121,9 @@ class Trainer:
             rundir.write_config(self.dir, cfg.model_dump())
         self.iteration_started: float | None = None  # perf_counter of the iteration in flight
 
-        env_factory = EnvFactory.of(cfg.env.name, **cfg.env.options)  # workers: registration too
-        r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool
-        workers = (r.workers, r.worker_backend, r.env_timeout_s, r.max_env_error_rate)
-        self.train_envs = make_env_pool(env_factory, *workers)
-        self.eval_envs = make_env_pool(env_factory, *workers)
-        self.policy, self.engine, self.prompt = build_policy_engine(
-            cfg, self.train_envs.take(1)[0], self.dir, self.dist, ckpt
-        )
-        loss_cfg = LossConfig(**cfg.model_dump()["loss"])
-        # The KL reference: LoRA's base with adapters off (no copy), else a frozen copy.
-        ref = reference_model(self.policy.model) if loss_cfg.kl_coef > 0 else None
-        self.ref_model = ref.requires_grad_(False) if ref is not None else None
-        params, o = self.policy.model.parameters(), cfg.optim
-        self.opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
-        self.actor = Actor(self.policy, self.opt, self.engine, loss_cfg, self.dist, cfg)
-        self.learners = build_learners(cfg, self.policy, ckpt)  # beside the actor, own optims
-        self.sampling = sampling_settings(cfg, self.policy)
-        strategy = make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
-        # Exploration methods hook around the strategy (``sample``); the rewards follow.
-        self.exploration = Exploration(
-            cfg.exploration, policy=self.policy, prompt=self.prompt, env_factory=env_factory,
-            run_dir=self.dir, seed=cfg.seed,
-        )  # fmt: skip
-        self.rewards = [make_reward(r.name, **r.options) for r in cfg.rewards]
-        self.reward_ctx = RewardContext(policy=self.policy, prompt=self.prompt)
-        self.strategy: Strategy = self.exploration.wrap(strategy)
+        # The parts: envs, policy + engine + prompt, optimizer, KL reference, learners,
+        # rollout strategy + exploration, rewards (cairn.train.parts, in that order).
+        self.parts: TrainParts = build_parts(cfg, self.dir, self.dist, ckpt)
         # Counters and random streams (tasks, minibatch order, token sampling): checkpointed.
         rank = self.dist.rank
         self.state = TrainState.start(cfg.seed, rank)
@@ -131,13 +131,29 @@ class Trainer:
         if self.local_groups == 0:
             raise ValueError(f"rollout.groups={cfg.rollout.groups} < {self.dist.world} ranks")
         self._started = time.time()  # this session's start (the earlier ones: state)
-        self.env_factory = env_factory
         log_dir = self.dir if self.dist.is_main else self.dir / "ranks" / str(rank)
         self.log = RunLog(
             log_dir, cfg.log.progress, loggers=cfg.log.loggers, config=cfg.model_dump()
         )
         if ckpt is not None:
             self._restore(ckpt)
+
+    # -- the parts (``self.parts``'s), read by name ------------------------------------------
+    env_factory = _Part[EnvFactory]()
+    train_envs = _Part[EnvPool | WorkerPool]()
+    eval_envs = _Part[EnvPool | WorkerPool]()
+    policy = _Part[HFPolicy]()
+    engine = _Part[Engine]()
+    prompt = _Part[PromptBuilder]()
+    opt = _Part[torch.optim.Optimizer]()
+    ref_model = _Part[torch.nn.Module | None]()
+    actor = _Part[Actor]()
+    learners = _Part[list[SideLearner]]()
+    sampling = _Part[RolloutSettings]()
+    strategy = _Part[Strategy]()
+    exploration = _Part[Exploration]()
+    rewards = _Part[list[RewardFn]]()
+    reward_ctx = _Part[RewardContext]()
 
     # -- the counters (``self.state``'s), read and written by name ----------------------------
     @property
@@ -177,7 +193,7 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         cfg, state, self._started = self.cfg, self.state, time.time()
         if state.iteration == 0 and cfg.warmup.enabled and not state.warmup_stats:
-            state.warmup_stats = run_warmup_stage(self)  # then the at-start eval = before RL
+            state.warmup_stats = run_warmup_stage(self.parts, cfg, self.log.say)  # then: eval
         if state.iteration == 0 and cfg.eval.at_start and not state.evals:
             self._record_eval(0, self.evaluate())
         while not self._done():
@@ -396,15 +412,19 @@ class Trainer:
                 self.iteration,
                 self.policy.model,
                 self.policy.tokenizer,
-                {**trainer_state(self), "config_sha256": self.config_sha256},
+                {**self._trainer_state(), "config_sha256": self.config_sha256},
                 keep=self.cfg.checkpoint.keep,
                 extra=extra,
             )
         self.log.unsaved_rows.clear()  # now held by the checkpoint
 
+    def _trainer_state(self) -> dict[str, Any]:
+        """The checkpoint's trainer state (``cairn.train.resume``)."""
+        return trainer_state(self.parts, self.state, self.wall(), self.log.unsaved_rows)
+
     def _restore(self, ckpt: Path) -> None:
         state = load_state(ckpt)
-        restore_trainer(self, state)
+        restore_trainer(self.parts, self.state, state)
         self.log.truncate_after(self.iteration, state.get("metrics", ()))
         if self.dist.is_main and (changes := record_amendment(self.dir, self.iteration, self.cfg)):
             keys = ", ".join(c["key"] for c in changes)
@@ -414,9 +434,6 @@ class Trainer:
     def _finish(self, summary: dict[str, Any]) -> None:
         if self.dist.is_main:
             (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        self.engine.close()
-        self.train_envs.close()
-        self.eval_envs.close()
+        self.parts.close()
         self.log.close()
-        self.exploration.close()
         self.lock.release()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -41,9 +41,9 @@ from cairn.rollout.envpool import GuardedEnv
 if TYPE_CHECKING:
     from cairn.agent import PromptBuilder
     from cairn.policies.hf import HFPolicy
-    from cairn.rollout import RolloutSettings
-    from cairn.train.config import WarmupConfig
-    from cairn.train.trainer import Trainer
+    from cairn.rollout.settings import RolloutSettings
+    from cairn.train.config import Config, WarmupConfig
+    from cairn.train.parts import TrainParts
 
 __all__ = ["demonstrations", "run_warmup", "run_warmup_stage", "supervised_warmup", "think_text"]
 
@@ -160,25 +160,21 @@ def run_warmup(
     }
 
 
-def run_warmup_stage(trainer: Trainer) -> dict[str, float]:
-    """The warm-up as a stage of ``trainer``'s run (before its at-start eval): a fresh env,
-    the trainer's policy, prompt and sampling settings; the KL reference and the engine
-    follow the warmed-up weights. Returns the stage's stats."""
-    from cairn.policies.lora import has_adapters, reference_model
-
-    guarded = GuardedEnv(trainer.env_factory(), getattr(trainer.env_factory, "name", ""))
+def run_warmup_stage(
+    parts: TrainParts, cfg: Config, say: Callable[[str], None]
+) -> dict[str, float]:
+    """The warm-up as a stage of a run (before its at-start eval): a fresh env from the
+    ``parts``' factory, their policy, prompt and sampling settings; then the KL reference
+    and the engine follow the warmed-up weights (``TrainParts.refresh_reference``). Says
+    one line of what it did; returns the stage's stats."""
+    guarded = GuardedEnv(parts.env_factory(), getattr(parts.env_factory, "name", ""))
     env = cast(TextEnv, guarded)  # a proxy: the env's methods, env faults named as such
     try:
-        stats = run_warmup(
-            trainer.cfg.warmup, trainer.policy, env, trainer.prompt, trainer.sampling,
-            trainer.cfg.seed,
-        )  # fmt: skip
+        stats = run_warmup(cfg.warmup, parts.policy, env, parts.prompt, parts.sampling, cfg.seed)
     finally:
         env.close()
-    if trainer.ref_model is not None and not has_adapters(trainer.policy.model):
-        trainer.ref_model = reference_model(trainer.policy.model).requires_grad_(False)
-    trainer.engine.sync()  # vllm: the warmed-up weights to the sampler
-    trainer.log.say(
+    parts.refresh_reference()
+    say(
         f"warm-up: {stats['warmup/steps']} demonstration steps, loss "
         f"{stats['warmup/loss_first']:.3f} -> {stats['warmup/loss_last']:.3f} in "
         f"{stats['warmup/stage_seconds']:.0f}s"

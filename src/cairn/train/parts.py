@@ -1,0 +1,204 @@
+"""What a trainer is built from, as one object: ``TrainParts``.
+
+``build_parts(cfg, run_dir, dist, ckpt)`` builds, in this order (the order fixes every
+random draw a build makes, so it is part of the records): the env factory and its two
+pools (training, held-out eval), the policy with its generation engine and prompt
+builder, the KL reference model, the actor's optimizer and the ``Actor``, the learners
+beside it (a critic), the sampling settings, the rollout strategy, the exploration
+methods wrapped around it, and the rewards.
+
+The parts hold the run's learned and accumulated state besides the weights:
+``state_dict()`` is the parts' share of a checkpoint's trainer state (the optimizers, the
+KL reference, exploration, rewards; ``cairn.train.state_schema`` names the keys) and
+``load_state_dict`` puts it back, checking first, before anything changes, that every
+optimizer state fits this run's parameters. The counters and random streams are the
+loop's (``cairn.train.state.TrainState``); ``cairn.train.resume`` joins the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from cairn.agent import PromptBuilder
+from cairn.exploration import Exploration
+from cairn.losses import LossConfig
+from cairn.policies.engines import Engine
+from cairn.policies.hf import HFPolicy
+from cairn.policies.lora import has_adapters, reference_model
+from cairn.rewards import RewardContext, RewardFn, make_reward
+from cairn.rollout import (
+    EnvFactory,
+    EnvPool,
+    RolloutSettings,
+    Strategy,
+    WorkerPool,
+    make_env_pool,
+    make_strategy,
+)
+from cairn.train.checkpoint import CheckpointError
+from cairn.train.config import Config
+from cairn.train.distributed import Dist
+from cairn.train.learners import Actor, SideLearner, build_learners
+from cairn.train.setup import build_policy_engine, sampling_settings
+from cairn.train.state import put
+
+__all__ = ["TrainParts", "build_parts"]
+
+
+@dataclass(eq=False)
+class TrainParts:
+    """A trainer's parts (module docstring); ``cairn.train.trainer.Trainer`` reads them by
+    name (``trainer.policy`` is ``trainer.parts.policy``)."""
+
+    env_factory: EnvFactory
+    train_envs: EnvPool | WorkerPool
+    eval_envs: EnvPool | WorkerPool
+    policy: HFPolicy
+    engine: Engine
+    prompt: PromptBuilder
+    opt: torch.optim.Optimizer  # the actor's
+    ref_model: torch.nn.Module | None  # the KL reference (None without a KL penalty)
+    actor: Actor
+    learners: list[SideLearner]  # beside the actor, each with its own optimizer
+    sampling: RolloutSettings
+    strategy: Strategy  # the rollout strategy, exploration hooks around it
+    exploration: Exploration
+    rewards: list[RewardFn]
+    reward_ctx: RewardContext
+
+    def state_dict(self) -> dict[str, Any]:
+        """The parts' share of a checkpoint's trainer state."""
+        ref = self.ref_model
+        return {
+            "optimizer": self.opt.state_dict(),
+            "ref_model": ref.state_dict() if ref is not None else None,
+            **{f"{x.name}_optimizer": x.opt.state_dict() for x in self.learners},
+            "exploration": self.exploration.state_dict(),
+            "rewards": [_reward_state(r) for r in self.rewards],
+        }
+
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """CheckpointError (one line, naming the key) unless every optimizer state of
+        ``state`` fits this run's parameters; changes nothing."""
+        _check_optimizer(self.opt, state["optimizer"], "optimizer")
+        for x in self.learners:
+            _check_optimizer(x.opt, state.get(f"{x.name}_optimizer"), f"{x.name}_optimizer")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put ``state`` (``state_dict``'s keys) back; an error while putting a part back
+        is a CheckpointError naming its key. Call ``check_state_dict`` first."""
+        put("optimizer", self.opt.load_state_dict, state["optimizer"])
+        if self.ref_model is not None and state["ref_model"] is not None:
+            put("ref_model", self.ref_model.load_state_dict, state["ref_model"])
+        for x in self.learners:
+            if state.get(f"{x.name}_optimizer") is not None:
+                put(f"{x.name}_optimizer", x.opt.load_state_dict, state[f"{x.name}_optimizer"])
+        if "exploration" in state:
+            put("exploration", self.exploration.load_state_dict, state["exploration"])
+        saved_rewards = state.get("rewards", [])
+        for i, (reward, saved) in enumerate(zip(self.rewards, saved_rewards, strict=False)):
+            if saved is not None:
+                put(f"rewards[{i}]", _load_reward, reward, saved)
+
+    def refresh_reference(self) -> None:
+        """After the weights changed outside RL (the warm-up): the KL reference becomes a
+        frozen copy of the new weights (LoRA's reference, the base with adapters off,
+        follows by itself), and the engine samples with them."""
+        if self.ref_model is not None and not has_adapters(self.policy.model):
+            self.ref_model = reference_model(self.policy.model).requires_grad_(False)
+        self.engine.sync()  # vllm: the new weights to the sampler
+
+    def close(self) -> None:
+        """Stop the engine, the env pools (their workers) and the exploration methods."""
+        self.engine.close()
+        self.train_envs.close()
+        self.eval_envs.close()
+        self.exploration.close()
+
+
+def build_parts(cfg: Config, run_dir: Path, dist: Dist, ckpt: Path | None) -> TrainParts:
+    """A trainer's parts for ``cfg`` (module docstring: what, in which order); the weights
+    and the learners' from ``ckpt`` when given (the rest of its state: ``load_state_dict``)."""
+    env_factory = EnvFactory.of(cfg.env.name, **cfg.env.options)  # workers: registration too
+    r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool
+    workers = (r.workers, r.worker_backend, r.env_timeout_s, r.max_env_error_rate)
+    train_envs = make_env_pool(env_factory, *workers)
+    eval_envs = make_env_pool(env_factory, *workers)
+    policy, engine, prompt = build_policy_engine(cfg, train_envs.take(1)[0], run_dir, dist, ckpt)
+    loss_cfg = LossConfig(**cfg.model_dump()["loss"])
+    # The KL reference: LoRA's base with adapters off (no copy), else a frozen copy.
+    ref = reference_model(policy.model) if loss_cfg.kl_coef > 0 else None
+    ref_model = ref.requires_grad_(False) if ref is not None else None
+    params, o = policy.model.parameters(), cfg.optim
+    opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+    actor = Actor(policy, opt, engine, loss_cfg, dist, cfg)
+    learners = build_learners(cfg, policy, ckpt)
+    sampling = sampling_settings(cfg, policy)
+    strategy = make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
+    # Exploration methods hook around the strategy (``sample``); the rewards follow.
+    exploration = Exploration(
+        cfg.exploration, policy=policy, prompt=prompt, env_factory=env_factory,
+        run_dir=run_dir, seed=cfg.seed,
+    )  # fmt: skip
+    rewards = [make_reward(x.name, **x.options) for x in cfg.rewards]
+    reward_ctx = RewardContext(policy=policy, prompt=prompt)
+    return TrainParts(
+        env_factory=env_factory, train_envs=train_envs, eval_envs=eval_envs, policy=policy,
+        engine=engine, prompt=prompt, opt=opt, ref_model=ref_model, actor=actor,
+        learners=learners, sampling=sampling, strategy=exploration.wrap(strategy),
+        exploration=exploration, rewards=rewards, reward_ctx=reward_ctx,
+    )  # fmt: skip
+
+
+@runtime_checkable
+class _Stateful(Protocol):
+    """A reward with a state (a count-based bonus keeps its table of states and counts)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def _reward_state(reward: object) -> dict[str, Any] | None:
+    """A reward's state; None when it keeps none."""
+    return reward.state_dict() if isinstance(reward, _Stateful) else None
+
+
+def _load_reward(reward: object, saved: dict[str, Any]) -> None:
+    if not isinstance(reward, _Stateful):
+        raise TypeError(f"this run's reward {type(reward).__name__} keeps no state")
+    reward.load_state_dict(saved)
+
+
+def _check_optimizer(opt: torch.optim.Optimizer, saved: Any, key: str) -> None:
+    """CheckpointError unless ``saved`` has ``opt``'s groups, parameter counts and, for
+    every saved tensor but the step, its parameter's shape (torch checks only the counts,
+    and a wrong shape would fail later, inside an update)."""
+    if saved is None:
+        return
+    mine, theirs = opt.param_groups, saved["param_groups"]
+    counts = [len(g["params"]) for g in mine], [len(g["params"]) for g in theirs]
+    if counts[0] != counts[1]:
+        raise CheckpointError(
+            f"checkpoint state {key}: parameter groups of sizes {counts[1]}, this run's "
+            f"optimizer has {counts[0]} (a different model?)"
+        )
+    params = dict(
+        zip(
+            (i for g in theirs for i in g["params"]),
+            (p for g in mine for p in g["params"]),
+            strict=True,
+        )
+    )
+    for index, slots in saved["state"].items():
+        shape = tuple(params[index].shape)
+        for name, value in slots.items():
+            if name != "step" and isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
+                raise CheckpointError(
+                    f"checkpoint state {key}.state.{index}.{name}: shape {list(value.shape)}, "
+                    f"its parameter has {list(shape)}"
+                )

@@ -141,7 +141,7 @@ class PromptBuilder:
 
     def _render(self, messages: list[dict[str, str]]) -> str:
         extra = {"tools": list(self.tools)} if self.renders_tools else {}
-        text = self.chat_template.apply_chat_template(  # type: ignore[union-attr]
+        text = self.chat_template.apply_chat_template(  # type: ignore[attr-defined]
             messages, tokenize=False, add_generation_prompt=True, **extra
         )
         return text + self.response_prefix
@@ -192,7 +192,7 @@ class PromptBuilder:
         prefix = self.response_prefix  # each earlier reply: the prefix, then its sampled ids
         slots = [(obs, prefix + _SLOT.format(k)) for k, (obs, _) in enumerate(shown)]
         text = self._render(self.messages(instruction, slots, observation, extra, turn))
-        eos = self.chat_template.eos_token if eos_id is not None else None  # type: ignore[union-attr]
+        eos = self.chat_template.eos_token if eos_id is not None else None  # type: ignore[attr-defined]
         ids: list[int] = []
         for k, (_, action_ids) in enumerate(shown):
             before, text = text.split(_SLOT.format(k), 1)

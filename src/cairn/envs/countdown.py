@@ -129,7 +129,9 @@ def _random_expression(numbers: list[int], rng: np.random.Generator) -> tuple[in
         if not ops:
             return None
         op = ops[int(rng.integers(len(ops)))]
-        merged = (_apply_int(a[0], b[0], op), _join(a, b, op), _PRECEDENCE[op])
+        value = _apply_int(a[0], b[0], op)
+        assert value is not None  # op was kept because it gives a value
+        merged = (value, _join(a, b, op), _PRECEDENCE[op])
         pool = [p for k, p in enumerate(pool) if k not in (i, j)] + [merged]
     return pool[0][0], pool[0][1]
 

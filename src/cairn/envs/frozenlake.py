@@ -164,7 +164,7 @@ class FrozenLake(TextEnv):
             desc=self._desc,
             position=int(gym.s),
             last_action=gym.lastaction,
-            rng_state=copy.deepcopy(gym.np_random.bit_generator.state),
+            rng_state=copy.deepcopy(dict(gym.np_random.bit_generator.state)),
             clock=self._clock.state(),
             obs=self._last[0],
             info=copy.deepcopy(self._last[1]),

@@ -222,7 +222,7 @@ class SearchQA(TextEnv):
         out_of_steps = self._clock.tick()
         match = _ACTION.match(action)
         text = match.group(2).strip() if match else ""
-        if not text:
+        if match is None or not text:
             self._clock.done = out_of_steps
             obs, info = self._record(self._last[0], valid=False, success=False)
             if self.render == "text":  # the state (and the anchor) stays the last one

@@ -95,7 +95,7 @@ class MemorySection(_Section):
     @field_validator("embedder", "writer")
     @classmethod
     def _registered(cls, v: str, info: ValidationInfo) -> str:
-        return {"embedder": EMBEDDERS, "writer": WRITERS}[info.field_name].check_name(v)
+        return {"embedder": EMBEDDERS, "writer": WRITERS}[str(info.field_name)].check_name(v)
 
     @model_validator(mode="after")
     def _check(self) -> MemorySection:

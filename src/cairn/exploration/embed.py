@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,7 +54,7 @@ class TfidfEmbedder:
     def __init__(self, max_features: int = 4096):
         self.max_features = max_features
         self._key: tuple[str, ...] | None = None
-        self._vectorizer = None
+        self._vectorizer: Any = None  # a fitted TfidfVectorizer
 
     def _fit(self, corpus: Sequence[str]) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -123,7 +123,7 @@ class MemoryHook(Hook):
         self._mode, self._builder = draw_mode(self.rng, self.cfg.probs), None
         if self._mode != MODES[0]:
             self._builder = TipPromptBuilder(ctx.prompt, self.memory)
-            ctx = replace(ctx, prompt=self._builder)
+            ctx = replace(ctx, prompt=cast(PromptBuilder, self._builder))  # a wrapper of one
         self.last["memory/mode"] = float(MODES.index(self._mode))
         return ctx, seeds
 
@@ -232,11 +232,12 @@ class DemosHook(Hook):
             self._demo_envs.faults = stats
         pool: Any = ctx.envs if self.rollout_envs else self._demo_envs
         name = getattr(self.env_factory, "name", "")  # an EnvFactory's env name
+        env = cast(TextEnv, GuardedEnv(pool.take(1)[0], name))  # a proxy of one
         demos = mix_demos(
-            episodes, self.source, self.cfg.n_off, env=GuardedEnv(pool.take(1)[0], name),
+            episodes, self.source, self.cfg.n_off, env=env,
             policy=self.policy, prompt=self.prompt, settings=ctx.settings,
             only_successful=self.cfg.only_successful,
-            on_fault=lambda: GuardedEnv(pool.take(1)[0], name),
+            on_fault=lambda: cast(TextEnv, GuardedEnv(pool.take(1)[0], name)),
         )  # fmt: skip
         groups = len({e.group for e in episodes})
         self.last["demos/per_group"] = len(demos) / max(1, groups)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -32,7 +32,7 @@ from cairn.agent import TAGS
 from cairn.data.episode import Episode, Step
 from cairn.envs import StepResult
 from cairn.policies.hf import Generation, HFPolicy
-from cairn.rollout.loop import RolloutSettings, rollout, tasks_for_groups
+from cairn.rollout.loop import RolloutSettings, TurnHook, rollout, tasks_for_groups
 
 __all__ = ["SelfSearch"]
 
@@ -63,7 +63,7 @@ class SelfSearch:
         tasks = tasks_for_groups(seeds, group_size)
         return rollout(
             ctx.policy, ctx.envs.take(len(tasks)), tasks, ctx.prompt, ctx.settings,
-            ctx.generator, ctx.first_episode_id, hook=self,
+            ctx.generator, ctx.first_episode_id, hook=cast(TurnHook, self),
         )  # fmt: skip
 
     # -- the turn hook -------------------------------------------------------------------------

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from cairn.agent import TAGS, tagged
 from cairn.data.episode import Episode, Step
 from cairn.data.tokens import collate_scoring
+from cairn.envs import TextEnv
 from cairn.rollout.envpool import EnvFault, reset_all
 from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, tasks_for_groups
 
@@ -125,7 +126,8 @@ class SGEStrategy:
             e.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
             e.events.strategy = plan.action
             guided.append(GuidedEnv(env, tagged("strategy", [plan.action])))
-        play(ctx.policy, guided, episodes, states, ctx.prompt, ctx.settings, ctx.generator)
+        envs_played = cast(list[TextEnv], guided)  # proxies of the envs
+        play(ctx.policy, envs_played, episodes, states, ctx.prompt, ctx.settings, ctx.generator)
         for e, plan in zip(episodes, plans, strict=True):
             for s in e.steps:
                 s.t += 1

@@ -211,13 +211,16 @@ class CurriculumEnv(TextEnv):
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         node = int(seed or 0)
-        if node != self.node:  # an env of its own: episodes of one problem run side by side
+        # an env of its own: episodes of one problem run side by side
+        if self.env is None or node != self.node:
             self.env, self.node = self.curriculum.env(node), node
         obs, info = self.env.reset(seed=0)
         self.instruction = self.env.instruction
         return obs, info
 
     def _step(self, action: str) -> StepResult:
+        if self.env is None:  # the base class resets first; this names a broken subclass
+            raise RuntimeError("a variant env stepped before its reset")
         return self.env.step(action)
 
     def vocabulary(self) -> list[str]:
@@ -226,7 +229,7 @@ class CurriculumEnv(TextEnv):
 
 class _Pool:
     def __init__(self, curriculum: Curriculum):
-        self.curriculum, self.envs = curriculum, []
+        self.curriculum, self.envs = curriculum, list[TextEnv]()
 
     def take(self, n: int) -> list[TextEnv]:
         while len(self.envs) < n:

@@ -66,7 +66,7 @@ class InfoGain:
         tokens would score a placeholder, so they fail."""
         text = self.template.format(answer=answer)
         if self.span == "action":
-            head, ids = [], policy.encode(text)
+            head, ids = list[int](), policy.encode(text)
         else:
             before = self.template[: self.template.index("{answer}")]
             head, ids = policy.encode(before) if before.strip() else [], policy.encode(answer)

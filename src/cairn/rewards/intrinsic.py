@@ -22,11 +22,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cairn.data.episode import Episode
+
+if TYPE_CHECKING:
+    from cairn.exploration.embed import Embedder
 
 __all__ = ["Novelty"]
 
@@ -53,7 +56,7 @@ class Novelty:
             raise ValueError(f"novelty threshold is a cosine in [-1, 1], got {threshold!r}")
         self.weight, self.similarity, self.threshold = float(weight), similarity, threshold
         self.embedder_name = embedder
-        self._embedder = None
+        self._embedder: Embedder | None = None
         self.states: list[str] = []  # distinct states (entry texts)
         self.counts: list[int] = []  # visits per entry
 
@@ -82,9 +85,10 @@ class Novelty:
 
         if self._embedder is None:
             self._embedder = make_embedder(self.embedder_name)
+        embedder = self._embedder
         n_old = len(self.states)
         corpus = self.states + keys
-        emb = self._embedder.encode(corpus, corpus)  # (n_old + K, d), unit rows
+        emb = embedder.encode(corpus, corpus)  # (n_old + K, d), unit rows
         rows = list(range(n_old))  # rows[j]: the embedding row of table entry j
         out: dict[str, int] = {}
         for i, k in enumerate(keys):

@@ -36,9 +36,9 @@ import os
 import re
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -140,7 +140,7 @@ def _encode(obj: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
     )
 
 
-def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+def _decode(obj: Any, tensors: Mapping[str, Any]) -> Any:
     if isinstance(obj, list):
         return [_decode(x, tensors) for x in obj]
     if not isinstance(obj, dict):
@@ -181,7 +181,7 @@ def save_checkpoint(
     final, tmp = root / name, root / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar every iteration
-    model.save_pretrained(tmp, safe_serialization=True)
+    cast(Any, model).save_pretrained(tmp, safe_serialization=True)  # transformers or peft
     tokenizer.save_pretrained(tmp)
     for folder, write in (extra or {}).items():
         write(tmp / folder)

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from cairn.agent import PromptBuilder
+from cairn.envs import TextEnv
 from cairn.policies import HFPolicy, build_policy
 from cairn.rollout import EnvFactory, RolloutSettings, make_env_pool, rollout, tasks_for_groups
 from cairn.rollout.envpool import GuardedEnv
@@ -58,7 +59,7 @@ def greedy_eval(
 ) -> dict[str, float]:
     """``eval.episodes`` greedy episodes on the held-out seeds: ``eval/*`` episode stats."""
     seeds = cfg.eval.seed_offset + np.arange(cfg.eval.episodes)
-    tasks = tasks_for_groups(seeds, 1)
+    tasks = tasks_for_groups(cast(Sequence[int], seeds), 1)  # an int64 array: a sequence
     episodes = rollout(policy, envs.take(len(tasks)), tasks, prompt, eval_settings(cfg, policy))
     return episode_stats(episodes, "eval")
 
@@ -74,7 +75,8 @@ def open_checkpoint(cfg: Config, checkpoint: Path) -> Iterator[tuple[HFPolicy, A
         probe = GuardedEnv(envs.take(1)[0], cfg.env.name)  # a failure names env and call
         probe.reset(seed=0)
         instruction = cfg.agent.instruction or probe.instruction
-        policy = build_policy(cfg.model, probe, instruction, cfg.seed, checkpoint)
+        env = cast(TextEnv, probe)  # a proxy: the env's methods, env faults named as such
+        policy = build_policy(cfg.model, env, instruction, cfg.seed, checkpoint)
         yield policy, envs, prompt_builder(cfg, policy.tokenizer, probe)
     finally:
         envs.close()

@@ -21,8 +21,9 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from cairn._registry import ImportRegistry
 
@@ -108,7 +109,7 @@ class LoggerSet:
         for name in dict.fromkeys(names):  # keep order, drop repeats
             factory = LOGGERS.get(name)  # unknown: ValueError listing the available ones
             if factory is not None:
-                self._guard(name, "start", lambda n=name, f=factory: self._start(n, f))
+                self._guard(name, "start", partial(self._start, name, factory))
 
     def _start(self, name: str, factory: Factory) -> None:
         self.active[name] = factory(self.run_dir, self.config)
@@ -116,7 +117,7 @@ class LoggerSet:
     def log(self, row: dict[str, Any], step: int) -> None:
         values = scalars(row)
         for name, logger in list(self.active.items()):
-            self._guard(name, "log", lambda lg=logger: lg.log(values, step))
+            self._guard(name, "log", partial(logger.log, values, step))
 
     def close(self) -> None:
         for name, logger in list(self.active.items()):
@@ -145,7 +146,7 @@ class _TensorBoard:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            from tensorboardX import SummaryWriter
+            from tensorboardX import SummaryWriter  # type: ignore[no-redef,unused-ignore]
         self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
         if config:
             import yaml
@@ -173,7 +174,7 @@ class _Wandb:
             name=run_dir.name,
             dir=str(run_dir),
             config=config,
-            mode=mode,
+            mode=cast(Any, mode),  # wandb checks it: online, offline, disabled, shared
             reinit="create_new",
             settings=wandb.Settings(console="off", quiet=True, x_disable_stats=True),
         )

@@ -110,7 +110,7 @@ def _sampler(name: str, cfg: Config, checkpoint: Path) -> Any:
     sge = strategy == "sge"
     if name == "plain":
         return make_strategy("group") if sge else make_strategy(strategy, **options)
-    sampler = make_strategy("sge", **(options if sge else {}))
+    sampler: Any = make_strategy("sge", **(options if sge else {}))  # SGE's: a state
     saved = load_state(checkpoint).get("exploration", {}).get("sampler")
     if sge and saved is not None:
         sampler.load_state_dict(saved)

@@ -122,7 +122,7 @@ def write_section(path: Path, label: str, title: str, body: str, header: str) ->
     path.write_text(text)
 
 
-def ci95_half(values: Sequence[float]) -> float | None:
+def ci95_half(values: Sequence[float] | np.ndarray) -> float | None:
     """Half-width of the 95 % Student-t interval of the mean over seeds (None for fewer
     than two values)."""
     a = np.asarray(values, dtype=float)

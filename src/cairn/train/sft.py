@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from cairn.data.tokens import ScoreInputs, left_pad, right_align
+
+if TYPE_CHECKING:
+    from cairn.policies.hf import HFPolicy
 
 __all__ = ["sft"]
 
@@ -24,7 +27,7 @@ Example = tuple[Sequence[int], Sequence[int]]
 
 
 def sft(
-    policy: Any, data: list[Example], epochs: int, batch: int, lr: float, seed: int
+    policy: HFPolicy, data: list[Example], epochs: int, batch: int, lr: float, seed: int
 ) -> list[float]:
     """Teacher-forced NLL of the answers; returns the mean loss per epoch (nats per token).
 
@@ -50,7 +53,7 @@ def sft(
     return losses
 
 
-def _nll(policy: Any, rows: list[Example]) -> torch.Tensor:
+def _nll(policy: HFPolicy, rows: list[Example]) -> torch.Tensor:
     """Mean NLL over the answer tokens of one minibatch (a scalar with a graph)."""
     ids, attn = left_pad([list(p) + list(a[:-1]) for p, a in rows], policy.pad_id)
     width = max(len(a) for _, a in rows)

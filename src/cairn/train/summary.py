@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cairn.data.episode import Episode
 from cairn.rollout.loop import turn_stats
+
+if TYPE_CHECKING:
+    from cairn.train.config import Config
 
 __all__ = ["episode_stats", "summarize"]
 
@@ -26,7 +29,7 @@ def episode_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
 
 
 def summarize(
-    cfg: Any,
+    cfg: Config,
     run_dir: Path,
     counts: tuple[int, int, float],
     wall: float,

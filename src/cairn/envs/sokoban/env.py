@@ -190,9 +190,9 @@ class Sokoban(TextEnv):
         if self.fixed_room is not None:
             self._room = self.fixed_room
         else:
-            options = (self.height, self.width, self.num_boxes, self.wall_density)
+            shape = (self.height, self.width, self.num_boxes, self.wall_density)
             bounds = (self.min_solution, self.max_solution)
-            self._room = _generate_cached(*options, *bounds, int(seed))
+            self._room = _generate_cached(*shape, *bounds, int(seed))
         self._clock.start()
         return self._observe(valid=True, moved=False)
 

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -33,6 +33,10 @@ from cairn._env_host import EnvFault, EnvFaultRateError
 from cairn.data.rundir import RunLock, RunLocked
 from cairn.integrations.verl import data as verl_data
 from cairn.train.config import ConfigError, describe, load_config
+
+if TYPE_CHECKING:
+    from cairn.train.config import Config
+    from cairn.train.trainer import Trainer
 
 __all__ = ["main"]
 
@@ -123,7 +127,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return _train(cfg, new_run_dir(cfg), resume=False)
 
 
-def _train(cfg: Any, run_dir: Path, resume: bool) -> int:
+def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
     from cairn.train.trainer import Trainer
 
     _check_device(cfg.model.device)
@@ -336,7 +340,7 @@ def _signals_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run(trainer: Any, run_dir: Path) -> dict[str, Any]:
+def _run(trainer: Trainer, run_dir: Path) -> dict[str, Any]:
     """``trainer.run()``; an OS error while it writes (ENOSPC, EROFS) is one line naming the
     intact checkpoint (checkpoints and config.yaml are written atomically; a torn metrics
     line is dropped on resume)."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,6 +48,10 @@ from cairn.envs import TextEnv
 from cairn.exploration.hooks import DemosHook, ExplorationHook, MemoryHook, VariantsHook
 from cairn.exploration.hooks import _instructions as _instructions  # where tests look for it
 from cairn.rollout import RolloutContext, Strategy, make_strategy
+
+if TYPE_CHECKING:
+    from cairn.exploration.config import ExplorationConfig
+    from cairn.policies.hf import HFPolicy
 
 __all__ = ["HOOK_ORDER", "Exploration"]
 
@@ -61,9 +65,9 @@ class Exploration:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: ExplorationConfig,
         *,
-        policy: Any,
+        policy: HFPolicy,
         prompt: PromptBuilder,
         env_factory: Callable[[], TextEnv],
         run_dir: Path,

@@ -27,7 +27,9 @@ from cairn.rollout import RolloutContext
 from cairn.rollout.envpool import EnvFault, EnvPool, GuardedEnv, reset_all
 
 if TYPE_CHECKING:
+    from cairn.exploration.config import DemosSection, MemorySection, VariantsSection
     from cairn.exploration.memory import TipPromptBuilder
+    from cairn.policies.hf import HFPolicy
 
 __all__ = ["DemosHook", "ExplorationHook", "Hook", "MemoryHook", "VariantsHook"]
 
@@ -100,7 +102,12 @@ class MemoryHook(Hook):
     the memory of its task's instruction."""
 
     def __init__(
-        self, cfg: Any, policy: Any, prompt: PromptBuilder, run_dir: Path, rng: np.random.Generator
+        self,
+        cfg: MemorySection,
+        policy: HFPolicy,
+        prompt: PromptBuilder,
+        run_dir: Path,
+        rng: np.random.Generator,
     ):
         from cairn.exploration.embed import make_embedder
         from cairn.exploration.memory import MemoryStore, TipMemory
@@ -164,8 +171,8 @@ class VariantsHook(Hook):
 
     def __init__(
         self,
-        cfg: Any,
-        policy: Any,
+        cfg: VariantsSection,
+        policy: HFPolicy,
         env_factory: Callable[[], TextEnv],
         rng: np.random.Generator,
     ):
@@ -208,8 +215,8 @@ class DemosHook(Hook):
 
     def __init__(
         self,
-        cfg: Any,
-        policy: Any,
+        cfg: DemosSection,
+        policy: HFPolicy,
         prompt: PromptBuilder,
         env_factory: Callable[[], TextEnv],
         rollout_envs: bool = False,

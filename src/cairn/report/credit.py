@@ -114,8 +114,8 @@ def build_tree(episodes: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     None), "steps": [[t, episode index, step index]], "crit", "y"}`` with ``y`` the
     drawing row (leaves 0, 1, ... in depth-first order, inner nodes at their children's mean).
     """
-    leaves = [(i, _path(e.get("path"))) for i, e in enumerate(episodes)]
-    leaves = [(i, p) for i, p in leaves if p]
+    found = [(i, _path(e.get("path"))) for i, e in enumerate(episodes)]
+    leaves = [(i, p) for i, p in found if p]
     if not leaves:
         return None
     keys = sorted({p[:d] for _, p in leaves for d in range(len(p) + 1)}, key=lambda p: (len(p), p))
@@ -162,7 +162,8 @@ def _assign_steps(nodes: list[dict], keys: list[tuple], episodes) -> bool:
         index = {p: k for k, p in enumerate(keys)}
         for i in nodes[0]["below"]:
             for j, s in enumerate(_steps(episodes[i])):
-                k = index.get(_path(s.get("path")))
+                path = _path(s.get("path"))
+                k = index.get(path) if path is not None else None
                 t = int(s.get("t", j))
                 if k is not None and (k, t) not in seen:
                     seen.add((k, t))

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -242,7 +242,8 @@ def allowed_host(host: str | None, port: int) -> bool:
 def _handler(page: bytes) -> type[BaseHTTPRequestHandler]:
     class Page(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if not allowed_host(self.headers.get("Host"), self.server.server_address[1]):
+            port = cast(tuple[str, int], self.server.server_address)[1]  # an AF_INET server
+            if not allowed_host(self.headers.get("Host"), port):
                 self.send_error(400, "unexpected Host header (only localhost is served)")
                 return
             if self.path.split("?")[0] not in ("/", "/index.html", "/report.html"):
@@ -278,7 +279,7 @@ def serve(
     page = Path(report).read_bytes()
     server = ThreadingHTTPServer((LOOPBACK, int(port)), _handler(page))
     server.daemon_threads = True
-    host, bound = server.server_address[:2]
+    host, bound = cast(tuple[str, int], server.server_address)[:2]
     url = f"http://{host}:{bound}/"
     timer = None
     if seconds is not None:

@@ -113,7 +113,9 @@ def _step(s: dict[str, Any], strings: Strings) -> dict[str, Any]:
     tips = s.get("tips")
     if tips:
         out["tips"] = [strings.add(x) for x in (tips if isinstance(tips, list) else [tips])]
-    parts, cols, extra = {}, {}, {}
+    parts: dict[str, float | None] = {}
+    cols: dict[str, float | None] = {}
+    extra: dict[str, Any] = {}
     for k, v in s.items():
         if k in _BASE:
             continue
@@ -133,7 +135,7 @@ def _step(s: dict[str, Any], strings: Strings) -> dict[str, Any]:
 
 
 def _episode(e: dict[str, Any], strings: Strings) -> dict[str, Any]:
-    steps = e.get("steps") if isinstance(e.get("steps"), list) else []
+    steps: list[Any] = e["steps"] if isinstance(e.get("steps"), list) else []
     out = {
         "id": e.get("id"),
         "success": bool(e.get("success")),
@@ -259,7 +261,7 @@ def _proximity(config: dict[str, Any]) -> Proximity | None:
     options = adv.get("options") or {}
     tau = _num(options.get("tau"))
     tokens = options.get("tokens") if options.get("tokens") in ("words", "cells") else "words"
-    return Proximity(tau if tau and tau > 0 else 0.1, tokens)
+    return Proximity(tau if tau and tau > 0 else 0.1, str(tokens))
 
 
 def run_payload(data: RunData, sampling: Sampling) -> dict[str, Any]:

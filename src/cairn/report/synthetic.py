@@ -127,7 +127,9 @@ def _tree_group(rng, task: _Task, gid: int, seed: int, first: int, size: int, pu
     from b on move to p + (0,), and a new leaf p + (1,) copies the rows before b and
     continues from the state at b.
     """
-    leaves = [((), _walk(rng, task, task.start, 0, pull, path=()))]
+    leaves: list[tuple[tuple[int, ...], list[Step]]] = [
+        ((), _walk(rng, task, task.start, 0, pull, path=()))
+    ]
     for _ in range(8 * size):
         if len(leaves) >= size:
             break
@@ -158,7 +160,7 @@ def _copy(step: Step, path: tuple) -> Step:
 
 
 def _demo(task: _Task) -> list[Step]:
-    pos, steps = task.start, []
+    pos, steps = task.start, list[Step]()
     while pos != task.goal and len(steps) < MAX_TURNS:
         a = next(a for a in MOVES if _dist(_move(pos, a), task.goal) < _dist(pos, task.goal))
         nxt = _move(pos, a)

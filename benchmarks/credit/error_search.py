@@ -1,9 +1,9 @@
 """ELPO error search against the sokoban solver's exact first irrecoverable step.
 
-    python benchmarks/error_search.py            # 200 failures, writes the table and figure
+    python benchmarks/credit/error_search.py            # 200 failures, writes the table and figure
                                                  # benchmarks/results/credit/error_search.{md,png}
-    python benchmarks/error_search.py --quick    # 40 failures, two settings, prints JSON
-    python benchmarks/error_search.py --failures 50 --x 3000
+    python benchmarks/credit/error_search.py --quick    # 40 failures, two settings, prints JSON
+    python benchmarks/credit/error_search.py --failures 50 --x 3000
                                                  # one setting, X continuations every probe;
                                                  # appended to the results' large-X table
 
@@ -56,7 +56,7 @@ from cairn.rollout.error_search import ErrorSearchStrategy, Search
 from cairn.train.config import load_config
 from cairn.train.records import provenance, write_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "sokoban_gigpo.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "credit"
 #: (x_min, x_max) settings sampled for real; the first is the paper's default.
@@ -287,7 +287,7 @@ def _append_large_x(row: dict[str, Any], n: int) -> None:
     if head not in text:
         text += (
             head + f"{provenance(path.parent)}\n\n"
-            "`python benchmarks/error_search.py --failures N --x X` (the first N failures, "
+            "`python benchmarks/credit/error_search.py --failures N --x X` (the first N failures, "
             "sampled as above, x_min = x_max = X):\n\n" + table
         )
     text += (
@@ -336,7 +336,7 @@ def _report(rows, curve, stats, n, lengths) -> str:
         "",
         f"Measured {today} on {os.cpu_count()} CPU cores ({platform.machine()}, "
         f"{platform.system()}, Python {platform.python_version()}) with "
-        f"`python benchmarks/error_search.py`: {n} failed episodes of the untrained tiny "
+        f"`python benchmarks/credit/error_search.py`: {n} failed episodes of the untrained tiny "
         "model on the demo preset's sokoban (one per seed, seeds 0, 1, ...). The oracle step "
         "is the first step after which the breadth-first solver finds no solution within the "
         f"steps left. Mean episode length {stats['length']:.1f} steps, mean oracle step "

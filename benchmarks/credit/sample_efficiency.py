@@ -9,9 +9,9 @@ kept). GiGPO's claim is that it needs fewer episodes.
 Other sokoban presets join with --configs; runs of the same preset and setting are shared
 between records (compare reuses a run directory that has a summary).
 
-    python benchmarks/sample_efficiency.py            # full: 3 seeds, both settings
-    python benchmarks/sample_efficiency.py --quick    # smoke run: 1 seed, tiny budget
-    python benchmarks/sample_efficiency.py --configs grpo gigpo proxmo ppo \
+    python benchmarks/credit/sample_efficiency.py            # full: 3 seeds, both settings
+    python benchmarks/credit/sample_efficiency.py --quick    # smoke run: 1 seed, tiny budget
+    python benchmarks/credit/sample_efficiency.py --configs grpo gigpo proxmo ppo \
         --settings demo --record credit_compare     # the credit-assignment comparison
 """
 
@@ -28,13 +28,13 @@ from cairn.report.plots import plot_compare_dir
 from cairn.train.compare import compare
 from cairn.train.records import write_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "credit"
 RECORD = RESULTS / "sample_efficiency.md"
 HEADER = (
     "# Credit assignment on sokoban: sample efficiency\n\n"
-    "Written by `python benchmarks/sample_efficiency.py` (each `--record LABEL` is one section "
-    "below;\nre-running a label rewrites its section and keeps the others).\n"
+    "Written by `python benchmarks/credit/sample_efficiency.py` (each `--record LABEL` is one "
+    "section below;\nre-running a label rewrites its section and keeps the others).\n"
 )
 
 SETTINGS = {
@@ -55,7 +55,7 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=None, help="override the settings' budget")
     args = p.parse_args()
     configs = [str(ROOT / "configs" / f"sokoban_{a}.yaml") for a in args.configs]
-    command = " ".join(["python benchmarks/sample_efficiency.py", *sys.argv[1:]])
+    command = " ".join(["python benchmarks/credit/sample_efficiency.py", *sys.argv[1:]])
     title = f"Sample efficiency on sokoban: {', '.join(args.configs)}"
     report = [
         f"Recorded {date.today()} by `{command}` "

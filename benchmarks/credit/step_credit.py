@@ -19,12 +19,12 @@ episode budget, learning-rate decay and evaluation; GiGPO's episode term is set 
 (``episode_norm: mean_std``, the paper's eq. 3, as GRPO's ``norm: mean_std``) so the arms
 differ only in the step term.
 
-    python benchmarks/step_credit.py                 # 3 seeds x 3 arms, 2 runs at a time
-    python benchmarks/step_credit.py --study countdown_step_grpo --set train.threads=1
-    python benchmarks/step_credit.py --study countdown_warmup --set train.threads=1
-    python benchmarks/step_credit.py --study search_qa_igpo --set train.threads=1
-    python benchmarks/step_credit.py --quick         # 1 seed, 2 iterations, not recorded
-    python benchmarks/step_credit.py --study search_qa_igpo --episodes 10240 \
+    python benchmarks/credit/step_credit.py                 # 3 seeds x 3 arms, 2 runs at a time
+    python benchmarks/credit/step_credit.py --study countdown_step_grpo --set train.threads=1
+    python benchmarks/credit/step_credit.py --study countdown_warmup --set train.threads=1
+    python benchmarks/credit/step_credit.py --study search_qa_igpo --set train.threads=1
+    python benchmarks/credit/step_credit.py --quick         # 1 seed, 2 iterations, not recorded
+    python benchmarks/credit/step_credit.py --study search_qa_igpo --episodes 10240 \
         --label search_qa_igpo_10k                   # another budget, its own section
 
 Records, as section ``--study`` of benchmarks/results/credit/step_credit.md: episodes to
@@ -55,12 +55,12 @@ from cairn.train.compare import compare, write_config
 from cairn.train.records import mean_ci, write_section
 from cairn.train.runlog import read_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "credit"
 RECORD = RESULTS / "step_credit.md"
 HEADER = (
     "# Step- and turn-level credit against GRPO\n\n"
-    "Written by `python benchmarks/step_credit.py --study STUDY` (one section per study).\n"
+    "Written by `python benchmarks/credit/step_credit.py --study STUDY` (one section per study).\n"
 )
 
 
@@ -332,7 +332,7 @@ def main() -> int:
     if args.quick:
         return 0
     shutil.copy(out / "curves.png", RESULTS / f"step_credit_{label}.png")
-    command = " ".join(["python benchmarks/step_credit.py", *sys.argv[1:]])
+    command = " ".join(["python benchmarks/credit/step_credit.py", *sys.argv[1:]])
     body = [
         f"Recorded {date.today()} by `nice -n 19 {command}` (seeds 0..{seeds - 1} per arm, "
         f"{episodes} episodes each, {args.jobs} runs at a time with one torch thread; wall "

@@ -5,8 +5,9 @@ with anything else: seeds run sequentially with the demo's own thread count. A s
 run directory already has a summary is reused. Each label (a set of overrides) is one
 section of benchmarks/results/demo/demo_seeds.md; other labels' sections are kept.
 
-    python benchmarks/demo_seeds.py                              # label "default", seeds 0 1 2
-    python benchmarks/demo_seeds.py --label constant-lr --seeds 1 --set optim.lr_schedule=constant
+    python benchmarks/demo/demo_seeds.py                              # label "default", seeds 0 1 2
+    python benchmarks/demo/demo_seeds.py --label constant-lr --seeds 1 \\
+        --set optim.lr_schedule=constant
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 from cairn.train.records import write_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "demo" / "demo_seeds.md"
 HEADER = """# The demo on several seeds
 
@@ -31,7 +32,7 @@ HEADER = """# The demo on several seeds
 random initialisation, 6x6 sokoban rooms with walls, 1 box, 15 steps, optimal solutions up
 to 5 moves, 300 s of training on 2 CPU cores. Greedy success on 200 held-out rooms every 5
 iterations. Each section below is one label (a set of overrides), written by
-`python benchmarks/demo_seeds.py`.
+`python benchmarks/demo/demo_seeds.py`.
 """
 
 

@@ -8,9 +8,9 @@ time: on a shared machine wall time also counts the waits for a core). Then the 
 cost per token, free text vs decoding restricted to the admissible actions, on the first
 seed's trained policy, same prompts, one thread.
 
-    python benchmarks/sokoban_text.py                 # writes benchmarks/results/sokoban_text.md
-    python benchmarks/sokoban_text.py --seeds 0 --set train.iterations=5   # a quick look
-    python benchmarks/sokoban_text.py --reuse --seeds 0 1   # record finished seeds' runs
+    python benchmarks/demo/sokoban_text.py   # writes benchmarks/results/demo/sokoban_text.md
+    python benchmarks/demo/sokoban_text.py --seeds 0 --set train.iterations=5   # a quick look
+    python benchmarks/demo/sokoban_text.py --reuse --seeds 0 1   # record finished seeds' runs
 
 With ``--reuse`` a seed whose run folder has a summary is not run again (its CPU seconds
 are then those written in its ``cpu.txt``, or unknown).
@@ -32,7 +32,7 @@ import numpy as np
 
 from cairn.train.records import write_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "src" / "cairn" / "presets" / "sokoban_text.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "demo" / "sokoban_text.md"
 HEADER = """# Free text on sokoban: format warm-up, then GiGPO
@@ -42,7 +42,7 @@ HEADER = """# Free text on sokoban: format warm-up, then GiGPO
 admissible actions, over chat prompts (the last turn, token-in/token-out). A supervised
 warm-up on solver demonstrations (the `warmup:` stage) teaches the format, then GiGPO
 trains. Greedy success on 200 held-out rooms. One section per run of
-`benchmarks/sokoban_text.py` (label: `--label`).
+`benchmarks/demo/sokoban_text.py` (label: `--label`).
 """
 
 
@@ -156,7 +156,7 @@ def render(records: dict[int, dict], cost: dict, overrides: list[str], flags: st
     a = np.array([r["after_warmup"] for r in records.values()])
     b = np.array([r["after_rl"] for r in records.values()])
     lines = [
-        f"Command: `python benchmarks/sokoban_text.py{flags}"
+        f"Command: `python benchmarks/demo/sokoban_text.py{flags}"
         f"{''.join(f' --set {o}' for o in overrides)}` (each seed: `nice -n 19 cairn train "
         "configs/sokoban_text.yaml --set seed=S --set train.threads=1`, 2 seeds at a time). "
         f"Recorded {date.today()} on {platform.machine()}, {platform.python_version()}, "

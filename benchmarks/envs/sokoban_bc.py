@@ -8,8 +8,8 @@ of the LUFFY preset's distribution, one example per step (replayed by LUFFY's
 ``demo_episode``: the prompt and action ids its loss trains on), then greedy success on the
 preset's held-out evaluation rooms every two epochs.
 
-    python benchmarks/sokoban_bc.py --seeds 2 --tag 1box   # the preset (7x7, 1 box, 8-14)
-    python benchmarks/sokoban_bc.py --seeds 2 --set env.options.num_boxes=2 --tag 2box
+    python benchmarks/envs/sokoban_bc.py --seeds 2 --tag 1box   # the preset (7x7, 1 box, 8-14)
+    python benchmarks/envs/sokoban_bc.py --seeds 2 --set env.options.num_boxes=2 --tag 2box
 
 Results: section TAG of benchmarks/results/envs/sokoban_bc.md (other tags' sections kept).
 """
@@ -31,12 +31,12 @@ from cairn.train.records import write_section
 from cairn.train.sft import sft
 from cairn.train.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "sokoban_luffy.yaml"
 RECORD = ROOT / "benchmarks" / "results" / "envs" / "sokoban_bc.md"
 HEADER = (
     "# Behaviour cloning of the sokoban solver\n\n"
-    "Written by `python benchmarks/sokoban_bc.py --tag TAG`: one section per tag.\n"
+    "Written by `python benchmarks/envs/sokoban_bc.py --tag TAG`: one section per tag.\n"
 )
 DEMO_SEEDS = 10_000_000  # apart from the training and evaluation seeds of the RL runs
 
@@ -88,7 +88,7 @@ def main() -> int:
     args = p.parse_args()
     start = time.time()
     curves = {seed: run(seed, args, Path(args.out)) for seed in range(args.seeds)}
-    command = "python benchmarks/sokoban_bc.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/envs/sokoban_bc.py " + " ".join(sys.argv[1:])
     lines = [
         f"Command: `{command}` (preset `configs/sokoban_luffy.yaml`"
         + (f" with {', '.join(args.overrides)}" if args.overrides else "")

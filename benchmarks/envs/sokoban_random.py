@@ -1,6 +1,6 @@
 """How often a uniform random policy solves each sokoban room distribution the presets use.
 
-    python benchmarks/sokoban_random.py  # 10,000 rooms each -> results/envs/sokoban_random.md
+    python benchmarks/envs/sokoban_random.py  # 10,000 rooms each -> results/envs/sokoban_random.md
 
 The cold-start claim needs rooms a random model (almost) never solves; this measures it:
 for each preset's rooms (seeds 0..N-1), moves drawn uniformly from the four actions until
@@ -19,7 +19,7 @@ from cairn.envs import make
 from cairn.train.config import load_config
 from cairn.train.records import write_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {  # label -> (preset, overrides)
     "demo rooms (sokoban_gigpo)": ("sokoban_gigpo.yaml", []),
     "LUFFY rooms, 1 box (sokoban_luffy)": ("sokoban_luffy.yaml", []),
@@ -50,7 +50,7 @@ def main() -> int:
     lines = [
         "# Sokoban: success of a uniform random policy",
         "",
-        f"Command: `python benchmarks/sokoban_random.py --rooms {args.rooms}` (rooms of seeds "
+        f"Command: `python benchmarks/envs/sokoban_random.py --rooms {args.rooms}` (rooms of seeds "
         f"0..{args.rooms - 1}, moves uniform over the four actions, rng seed {args.seed}).",
         "",
         "| rooms | env options | random success |",

@@ -1,9 +1,9 @@
 """Exploration benchmarks: each claim of issue 6 as a `cairn compare` over variants of a preset.
 
-    python benchmarks/exploration_compare.py cold_start [--seeds 3] [--jobs 2] [--out DIR]
-    python benchmarks/exploration_compare.py memory     [--seeds 3] [--jobs 2] [--out DIR]
-    python benchmarks/exploration_compare.py ladder     [--seeds 3] [--jobs 2] [--out DIR]
-    python benchmarks/exploration_compare.py memory --variants empo2_no_offpolicy ...
+    python benchmarks/exploration/exploration_compare.py cold_start [--seeds 3] [--jobs 2] [--out D]
+    python benchmarks/exploration/exploration_compare.py memory     [--seeds 3] [--jobs 2] [--out D]
+    python benchmarks/exploration/exploration_compare.py ladder     [--seeds 3] [--jobs 2] [--out D]
+    python benchmarks/exploration/exploration_compare.py memory --variants empo2_no_offpolicy ...
 
 Every run is one section of ``benchmarks/results/exploration/exploration_compare.md``,
 labelled ``<claim>[_<variants>][_<tag>]``: ``--variants`` runs a subset and ``--tag`` marks
@@ -32,13 +32,13 @@ from cairn.train.compare import compare, write_config
 from cairn.train.records import write_section
 from cairn.train.runlog import read_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "benchmarks" / "results" / "exploration" / "exploration_compare.md"
 HEADER = (
     "# Exploration claims: EMPO2 memory, LUFFY cold start, LADDER curriculum\n\n"
-    "Written by `python benchmarks/exploration_compare.py CLAIM [--variants ...] [--tag TAG]`: "
-    "each\nrun is one section below, labelled `CLAIM[_VARIANTS][_TAG]` (re-running a label "
-    "rewrites its\nsection and keeps the others).\n"
+    "Written by `python benchmarks/exploration/exploration_compare.py CLAIM [--variants ...] "
+    "[--tag TAG]`: each\nrun is one section below, labelled `CLAIM[_VARIANTS][_TAG]` "
+    "(re-running a label rewrites its\nsection and keeps the others).\n"
 )
 
 # claim -> (preset, shared overrides, {variant: overrides}, what the claim is)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = compare(configs, args.seeds, out, jobs=args.jobs)
     wall = time.time() - start
     plot_compare_dir(summary, out)  # as `cairn compare` does: per-run and overall curves
-    command = " ".join(["python benchmarks/exploration_compare.py", *sys.argv[1:]])
+    command = " ".join(["python benchmarks/exploration/exploration_compare.py", *sys.argv[1:]])
     text = [
         claim,
         "",

@@ -7,10 +7,10 @@ script teaches the tiny model of ``configs/integration_ladder.yaml`` level-1 int
 (polynomials) by teacher forcing on sympy's antiderivatives, then saves it as a model
 directory for ``model.path``:
 
-    python benchmarks/integration_warmup.py --out runs/integration_warmup \\
+    python benchmarks/exploration/integration_warmup.py --out runs/integration_warmup \\
         --set rollout.max_new_tokens=48
-    python benchmarks/exploration_compare.py ladder --set model.path=runs/integration_warmup \\
-        --set rollout.max_new_tokens=48 --tag warmup
+    python benchmarks/exploration/exploration_compare.py ladder \\
+        --set model.path=runs/integration_warmup --set rollout.max_new_tokens=48 --tag warmup
 
 (The preset's 16 new tokens hold only 28 % of level-1 answers as sympy writes them.)
 
@@ -43,7 +43,7 @@ from cairn.train.config import load_config
 from cairn.train.sft import sft
 from cairn.train.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SEEDS, TEST_SEEDS = 1_000_000, 2_000_000  # apart from the RL runs' seeds
 
 

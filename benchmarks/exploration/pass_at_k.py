@@ -26,8 +26,8 @@ prompt), and over the sampled episodes
 Means with a 95 % t-interval over seeds. One section per ``--label`` of
 benchmarks/results/exploration/pass_at_k.md.
 
-    python benchmarks/pass_at_k.py --set train.threads=1   # 3 seeds x 2 arms, 2 at a time
-    python benchmarks/pass_at_k.py --quick                  # 1 seed, tiny budget, not recorded
+    python benchmarks/exploration/pass_at_k.py --set train.threads=1  # 3 seeds x 2 arms, 2 at once
+    python benchmarks/exploration/pass_at_k.py --quick   # 1 seed, tiny budget, not recorded
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from cairn.train.evaluate import newest_checkpoint
 from cairn.train.pass_at_k import sample_held_out, sampling_stats
 from cairn.train.records import mean_ci, write_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "benchmarks" / "results" / "exploration" / "pass_at_k.md"
 HEADER = (
     "# SGE: pass@k and distinct solutions of the trained model\n\n"
-    "Written by `python benchmarks/pass_at_k.py` (one section per `--label`).\n"
+    "Written by `python benchmarks/exploration/pass_at_k.py` (one section per `--label`).\n"
 )
 KS = (1, 2, 4, 8, 16)
 PRESET = "sokoban_sge.yaml"
@@ -110,7 +110,7 @@ def main() -> int:
     print("\n".join(table))
     if args.quick:
         return 0
-    command = " ".join(["python benchmarks/pass_at_k.py", *sys.argv[1:]])
+    command = " ".join(["python benchmarks/exploration/pass_at_k.py", *sys.argv[1:]])
     body = [
         f"Recorded {date.today()} by `nice -n 19 {command}` (preset `configs/{PRESET}`, seeds "
         f"0..{seeds - 1} per arm, {episodes} training episodes each; {max(KS)} samples on each "

@@ -18,8 +18,8 @@ at-start evaluation, before RL), so a gain over the warm-up is visible. Exact ma
 with a 95 % t-interval over seeds; one section per ``--label`` of
 benchmarks/results/exploration/ssrl_eval.md.
 
-    python benchmarks/ssrl_eval.py --set train.threads=1   # 3 seeds x 2 arms, 2 at a time
-    python benchmarks/ssrl_eval.py --quick                  # 1 seed, tiny budget, not recorded
+    python benchmarks/exploration/ssrl_eval.py --set train.threads=1  # 3 seeds x 2 arms, 2 at once
+    python benchmarks/exploration/ssrl_eval.py --quick   # 1 seed, tiny budget, not recorded
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from cairn.train.config import load_config
 from cairn.train.evaluate import eval_settings, newest_checkpoint, open_checkpoint
 from cairn.train.records import mean_ci, write_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "benchmarks" / "results" / "exploration" / "ssrl_eval.md"
 HEADER = (
     "# SSRL: self-search, Sim2Real and no search, against GRPO with the real engine\n\n"
-    "Written by `python benchmarks/ssrl_eval.py` (one section per `--label`).\n"
+    "Written by `python benchmarks/exploration/ssrl_eval.py` (one section per `--label`).\n"
 )
 PRESET = "search_qa_ssrl.yaml"
 ARMS = {"grpo_engine": ["rollout.strategy=group", "rollout.options={}"], "ssrl": []}
@@ -129,7 +129,7 @@ def main() -> int:
     print("\n".join(table))
     if args.quick:
         return 0
-    command = " ".join(["python benchmarks/ssrl_eval.py", *sys.argv[1:]])
+    command = " ".join(["python benchmarks/exploration/ssrl_eval.py", *sys.argv[1:]])
     arms = "; ".join(
         f"`{a}`: {' '.join(f'`{o}`' for o in o_) or '(the preset)'}" for a, o_ in ARMS.items()
     )

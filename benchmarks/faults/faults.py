@@ -1,8 +1,8 @@
 """Fault injection: what a cairn run survives, and that nothing is lost (issue 15, Checks).
 
-    nice -n 19 python benchmarks/faults.py                 # all four parts, writes
+    nice -n 19 python benchmarks/faults/faults.py                 # all four parts, writes
                                                            # benchmarks/results/faults/faults.md
-    python benchmarks/faults.py --only actions,cli --quick # a smaller pass, prints only
+    python benchmarks/faults/faults.py --only actions,cli --quick # a smaller pass, prints only
 
 Six parts, each a section of the record:
 
@@ -61,11 +61,11 @@ from typing import Any
 
 from cairn.envs import TextEnv, available, make, register
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "faults" / "faults.md"
 HEADER = (
     "# Faults: what a run survives\n\n"
-    "Written by `benchmarks/faults.py` (issue 15). Each section: what was injected, how "
+    "Written by `benchmarks/faults/faults.py` (issue 15). Each section: what was injected, how "
     "many times, what survived and what was lost (must be nothing).\n"
 )
 

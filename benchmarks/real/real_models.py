@@ -18,10 +18,10 @@ from the run folder:
   ``time/update``), medians over iterations;
 - peak RSS of the process.
 
-    nice python benchmarks/real_models.py --budget 600 --jobs 2
-    nice python benchmarks/real_models.py --presets sokoban_smol --set model.dtype=bfloat16 \
+    nice python benchmarks/real/real_models.py --budget 600 --jobs 2
+    nice python benchmarks/real/real_models.py --presets sokoban_smol --set model.dtype=bfloat16 \
         --out runs/real_bf16 --record benchmarks/results/real/sokoban_smol_bf16.md
-    python benchmarks/real_models.py --report-only   # the record from the runs on disk
+    python benchmarks/real/real_models.py --report-only   # the record from the runs on disk
 
 Runs go to ``runs/real/<preset>-s<seed>``; the record to
 ``benchmarks/results/real/real_models.md`` (a hand-written reading is kept from the file
@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import median
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from cairn.train.records import write_record  # noqa: E402
@@ -182,7 +182,7 @@ def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
     found = READING.search(old)
     reading = found.group(1) if found else "(to be written after reading the runs)\n"
     cmd = (
-        f"nice python benchmarks/real_models.py --budget {args.budget:g} --jobs {args.jobs} "
+        f"nice python benchmarks/real/real_models.py --budget {args.budget:g} --jobs {args.jobs} "
         f"--seeds {' '.join(map(str, args.seeds))}"
     )
     if list(args.presets) != list(PRESETS):

@@ -11,7 +11,7 @@ For each: the dump size on disk, the time of `build_report` with the default sam
 (24 iterations, 4 groups, 32 episodes; best of ``--repeat``), and the report's size; then
 the 100k run once more with no sampling at all (every dumped episode in the report).
 
-    .venv/bin/python benchmarks/report_size.py [--out DIR] [--repeat 3] [--quick]
+    .venv/bin/python benchmarks/report/report_size.py [--out DIR] [--repeat 3] [--quick]
 """
 
 from __future__ import annotations

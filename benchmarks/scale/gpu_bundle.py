@@ -1,14 +1,14 @@
 """Build the folder the GPU check carries to a machine with torch, transformers and peft but
 no network (at most 64 MiB per run), and prove it fits.
 
-    python benchmarks/gpu_bundle.py OUT [--offline] [--smol DIR | --no-smol] [--limit-mib 64]
+    python benchmarks/scale/gpu_bundle.py OUT [--offline] [--smol DIR | --no-smol] [--limit-mib 64]
 
 OUT gets: ``src/cairn`` (the package, no caches), ``benchmarks/gpu_check*.py`` and
 ``gpu_check.sh``, ``examples/verl`` (the verl step's example), ``wheels/`` and
 ``models/smollm2-135m-instruct/`` (SmolLM2's tokenizer, chat template and config: no
 weights; the check builds random weights of that size). On the GPU machine:
 
-    bash benchmarks/gpu_check.sh          # from OUT; or python benchmarks/gpu_check.py
+    bash benchmarks/scale/gpu_check.sh          # from OUT; or python benchmarks/scale/gpu_check.py
 
 Wheels: the pure-Python packages cairn imports on the training path beyond what torch,
 transformers and peft bring (pydantic and its parts, rich and its parts, sympy, mpmath),
@@ -36,7 +36,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LIMIT_MIB = 64
 #: pure-Python distributions carried, in the names pip and wheel files use
 PURE = [
@@ -60,9 +60,9 @@ def build(out: Path, *, offline: bool, smol: Path | None, no_smol: bool) -> dict
     out.mkdir(parents=True, exist_ok=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "src" / "cairn", out / "src" / "cairn", ignore=ignore)
-    (out / "benchmarks").mkdir()
+    (out / "benchmarks" / "scale").mkdir(parents=True)
     for name in BENCH:
-        shutil.copy(ROOT / "benchmarks" / name, out / "benchmarks" / name)
+        shutil.copy(ROOT / "benchmarks" / "scale" / name, out / "benchmarks" / "scale" / name)
     if (ROOT / "examples" / "verl").is_dir():
         shutil.copytree(ROOT / "examples" / "verl", out / "examples" / "verl", ignore=ignore)
     wheels = out / "wheels"

@@ -1,5 +1,5 @@
 """GPU check for a machine that has torch (CUDA), transformers and peft but no network and
-no vLLM: it runs from the folder ``benchmarks/gpu_bundle.py`` builds (cairn's source, the
+no vLLM: it runs from the folder ``benchmarks/scale/gpu_bundle.py`` builds (cairn's source, the
 small wheels such a machine may lack, SmolLM2's tokenizer and config) and records, in
 under 10 minutes on one GPU:
 
@@ -11,8 +11,8 @@ under 10 minutes on one GPU:
 4. the vLLM check (``gpu_check_vllm.py``) and verl's example (``gpu_check_verl.py``) where
    vLLM imports; else each is skipped with a line.
 
-    python benchmarks/gpu_check.py [--out DIR] [--only gen,train,agree,sokoban,vllm]
-    python benchmarks/gpu_check.py --dry-run      # CPU, tiny sizes, seconds (make test)
+    python benchmarks/scale/gpu_check.py [--out DIR] [--only gen,train,agree,sokoban,vllm]
+    python benchmarks/scale/gpu_check.py --dry-run      # CPU, tiny sizes, seconds (make test)
 
 Packages: before anything else imports them, each module cairn needs that this Python
 lacks is unpacked from ``wheels/`` (the bundle's, chosen by the interpreter's wheel tags)
@@ -45,7 +45,7 @@ import zipfile
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]  # the bundle's (or the repository's) root
+ROOT = Path(__file__).resolve().parents[2]  # the bundle's (or the repository's) root
 SMOL_DIR = ROOT / "models" / "smollm2-135m-instruct"  # tokenizer + config, no weights
 
 #: import name -> wheel distribution (file name prefix) that provides it, in install order.
@@ -414,7 +414,7 @@ def step_vllm(args) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     for script, extra in (("gpu_check_vllm.py", ["--iterations", "3"]),
                           ("gpu_check_verl.py", ["--steps", "2"])):  # fmt: skip
-        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *extra],
+        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale" / script), *extra],
                               env=env, check=False, timeout=240)  # fmt: skip
         out[script] = proc.returncode
     return out
@@ -463,7 +463,8 @@ def report(r: dict) -> str:
         "",
         f"Measured {r['date']} on {r.get('gpu', 'CPU (dry run)')}: torch {r['torch']} "
         f"(CUDA {r['cuda']}), transformers {r['transformers']}, Python {r['python']}, by "
-        "`python benchmarks/gpu_check.py` from the folder of `benchmarks/gpu_bundle.py`. "
+        "`python benchmarks/scale/gpu_check.py` from the folder of "
+        "`benchmarks/scale/gpu_bundle.py`. "
         "Models built from configs with random weights ("
         + ("fp32, eager, 2-layer widths: a dry run)." if r["dry_run"] else "bf16, sdpa)."),
         "",

@@ -1,9 +1,9 @@
 """GPU check, verl part: the example (examples/verl/run_sokoban_gigpo.sh) for 2 training
 steps on stock verl with vLLM, on a ~0.5B Qwen2-style model built from a config (random
 weights, no download); records tokens/s and success from verl's console metrics in
-benchmarks/results/scale/gpu_check_verl.md. Run through ``benchmarks/gpu_check.sh``.
+benchmarks/results/scale/gpu_check_verl.md. Run through ``benchmarks/scale/gpu_check.sh``.
 
-    python benchmarks/gpu_check_verl.py [--steps 2] [--work /tmp/cairn_gpu_check_verl]
+    python benchmarks/scale/gpu_check_verl.py [--steps 2] [--work /tmp/cairn_gpu_check_verl]
 
 It needs verl 0.9.1 with vLLM (``pip install verl[vllm]``-style environment) and
 exits 2 naming what is missing. The model's tokenizer is the env's word-level one with a
@@ -22,7 +22,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NEED = ("verl", "vllm", "hydra", "datasets", "pyarrow", "transfer_queue", "ray")
 #: verl's console metrics worth recording (key in its "step:N - key:value - ..." lines).
 KEYS = (
@@ -52,12 +52,13 @@ SMALL_RUN = [  # a short run that fits one GPU next to vLLM
 
 
 def build_model(out: Path) -> None:
-    """The ~0.5B model of benchmarks/gpu_check.py, saved with its tokenizer (+ template)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    """The ~0.5B model of benchmarks/scale/gpu_check.py, saved with its tokenizer (+ template)."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "scale"))
+    from gpu_check import OVERRIDES
+
     from cairn.envs import make
     from cairn.policies import build_policy
     from cairn.train.config import load_config
-    from gpu_check import OVERRIDES
 
     model_keys = [o for o in OVERRIDES if o.startswith("model.") and "device" not in o]
     cfg = load_config(None, [*model_keys, "env.options.render=grid"])
@@ -92,7 +93,8 @@ def report(rows: list[dict[str, float]], seconds: float, rc: int) -> str:
         lines.append(f"| {int(r['step'])} | " + " | ".join(cells) + " |")
     return (
         f"# GPU check: cairn on stock verl (example, 2 steps)\n\n"
-        f"`bash benchmarks/gpu_check.sh` ({date.today()}): `examples/verl/run_sokoban_gigpo.sh`"
+        f"`bash benchmarks/scale/gpu_check.sh` ({date.today()}): "
+        f"`examples/verl/run_sokoban_gigpo.sh`"
         f" with a ~0.5B random-weight Qwen2-style model, vLLM rollout, GiGPO; exit status "
         f"{rc}, {seconds:.0f} s wall. perf/throughput is verl's tokens/s per GPU; cairn/success "
         f"is the share of episodes solved (a random-weight model: expect ~0).\n\n"

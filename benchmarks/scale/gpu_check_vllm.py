@@ -1,8 +1,8 @@
 """GPU check: a ~0.5B Qwen2-style model built from a config (no download) trains GiGPO on
 sokoban with vLLM generation; prints generation and training tokens/s and the logprob
-mismatch between vLLM and the trainer. Run by ``benchmarks/gpu_check.py`` where vLLM imports.
+mismatch between vLLM and the trainer. Run by ``benchmarks/scale/gpu_check.py`` where vLLM imports.
 
-    python benchmarks/gpu_check_vllm.py [--iterations 4] [--out FILE.md]
+    python benchmarks/scale/gpu_check_vllm.py [--iterations 4] [--out FILE.md]
 
 Generation tokens/s: tokens vLLM sampled / seconds inside ``LLM.generate`` (all rows of a
 turn in one batched call; prompts are prefix-cached). Training tokens/s: tokens pushed
@@ -117,7 +117,7 @@ def report(rows: list[dict]) -> str:
         "# GPU check: GiGPO on sokoban with vLLM generation",
         "",
         f"Measured {date.today()} on {gpu} (torch {torch.__version__}, vLLM {vllm.__version__}, "
-        f"Python {platform.python_version()}) by `python benchmarks/gpu_check_vllm.py`: a "
+        f"Python {platform.python_version()}) by `python benchmarks/scale/gpu_check_vllm.py`: a "
         f"{rows[0]['params_m']:.0f}M-parameter Qwen2-style model built from a config (bf16, no "
         "download), 16 groups x 8 episodes per iteration, free-text actions of at most 8 tokens.",
         "",

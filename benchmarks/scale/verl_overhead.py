@@ -1,7 +1,7 @@
 """What the verl agent loop costs per turn around an env step, on CPU.
 
-    python benchmarks/verl_overhead.py           # writes benchmarks/results/scale/verl_overhead.md
-    python benchmarks/verl_overhead.py --quick   # fewer episodes, prints only
+    python benchmarks/scale/verl_overhead.py    # writes benchmarks/results/scale/verl_overhead.md
+    python benchmarks/scale/verl_overhead.py --quick    # fewer episodes, prints only
 
 Per turn, four timings (median over episodes of seconds / turns, in microseconds):
 
@@ -39,7 +39,7 @@ from cairn.policies import local_tokenizer
 from cairn.rollout import RolloutSettings
 from cairn.train.records import write_record
 
-ROOT_DIR = Path(__file__).resolve().parents[1]
+ROOT_DIR = Path(__file__).resolve().parents[2]
 RESULTS = ROOT_DIR / "benchmarks" / "results" / "scale" / "verl_overhead.md"
 ACTIONS = ["up", "left", "down", "right"]
 CASES = {
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 def _write(rows: list[str], episodes: int) -> None:
     text = f"""# verl agent loop: per-turn overhead around an env step (CPU)
 
-`python benchmarks/verl_overhead.py` ({datetime.date.today()}, {
+`python benchmarks/scale/verl_overhead.py` ({datetime.date.today()}, {
         platform.processor() or platform.machine()
     }, Python {sys.version.split()[0]}, {episodes} episodes per case, history 2,
 a server that answers at once). Microseconds per turn, medians over episodes.

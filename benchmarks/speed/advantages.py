@@ -1,8 +1,8 @@
 """Speed of the advantage estimators: vectorised vs the plain-loop reference.
 
-    python benchmarks/advantages.py            # 1,000,000 rows (proxmo: 100,000), writes
+    python benchmarks/speed/advantages.py            # 1,000,000 rows (proxmo: 100,000), writes
                                                # benchmarks/results/speed/advantages.md
-    python benchmarks/advantages.py --quick    # small sizes, prints only
+    python benchmarks/speed/advantages.py --quick    # small sizes, prints only
 
 Batch: groups of 8 episodes x 8 steps. Each group is a binary rollout tree of depth 3 (the
 8 episodes are its leaves; turns 0-1 are shared by all, 2-3 by four, 4-5 by two, 6-7 are
@@ -39,7 +39,7 @@ from cairn.advantages.segments import factorize
 from cairn.data import StepBatch
 from cairn.train.records import write_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "speed" / "advantages.md"
 EPISODES, STEPS, POOL = 8, 8, 300
 TARGETS = {"gigpo": 1.0, "proxmo": 5.0}  # seconds; every other estimator: 2.0
@@ -230,7 +230,7 @@ def write_table(
     lines = [
         "# Advantage estimators: speed",
         "",
-        f"Recorded by `python benchmarks/advantages.py` on {platform.machine()}, "
+        f"Recorded by `python benchmarks/speed/advantages.py` on {platform.machine()}, "
         f"{platform.processor() or 'cpu'}, Python {platform.python_version()}, "
         f"numpy {np.__version__}; {time.strftime('%Y-%m-%d')}, best of {repeat} interleaved runs "
         f"(load average at the start: {load}). The machine (2 cores) was shared with other "

@@ -1,9 +1,9 @@
 """Speed of every registered env: steps per second, reset time, snapshot + restore time.
 
-    python benchmarks/env_speed.py              # 5 s of stepping per env, writes
+    python benchmarks/speed/env_speed.py              # 5 s of stepping per env, writes
                                                 # benchmarks/results/speed/env_speed.md
-    python benchmarks/env_speed.py --quick      # 0.5 s per env, prints only
-    python benchmarks/env_speed.py --envs countdown,search_qa --seconds 2
+    python benchmarks/speed/env_speed.py --quick      # 0.5 s per env, prints only
+    python benchmarks/speed/env_speed.py --envs countdown,search_qa --seconds 2
 
 Every name in ``cairn.envs.available()`` is built with its options from ``OPTIONS`` (empty
 by default); an env whose extra is missing or that fails to start is skipped with the
@@ -31,7 +31,7 @@ from typing import Any
 from cairn.envs import TextEnv, available, make
 from cairn.train.records import write_record
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "speed" / "env_speed.md"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "speed" / "env_speed.md"
 
 #: Constructor options per env (anything not listed uses the env's defaults).
 OPTIONS: dict[str, dict[str, Any]] = {
@@ -172,7 +172,7 @@ def to_markdown(rows: list[tuple[str, Speed | str]], seconds: float) -> str:
         "",
         f"Measured {today} on {os.cpu_count()} CPU cores ({platform.machine()}, "
         f"{platform.system()}, Python {platform.python_version()}), single process, "
-        f"{seconds:g} s of random stepping per env (`python benchmarks/env_speed.py`). "
+        f"{seconds:g} s of random stepping per env (`python benchmarks/speed/env_speed.py`). "
         "Actions: random admissible actions where the env lists them, else random mostly "
         "well-formed actions (see `ACTIONS` in the script). Times count only the env calls.",
         "",

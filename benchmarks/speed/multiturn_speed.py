@@ -2,8 +2,8 @@
 before and after issue 25's work on generation and scoring, in one script with
 alternating arms.
 
-    python benchmarks/multiturn_speed.py [--repeats 2] [--iterations 2] [--set KEY=VALUE]
-    python benchmarks/multiturn_speed.py --dry     # seconds: 1 tiny iteration per arm
+    python benchmarks/speed/multiturn_speed.py [--repeats 2] [--iterations 2] [--set KEY=VALUE]
+    python benchmarks/speed/multiturn_speed.py --dry     # seconds: 1 tiny iteration per arm
 
 Arms (each a fresh process, so torch's thread pool and the model load are the same):
 
@@ -63,7 +63,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benchmarks" / "results" / "speed"
 BEFORE_COMMIT = "1e1f825"
 CONFIG = "sokoban_smol"
@@ -231,7 +231,7 @@ def table(results: list[dict], arms: list[str], args: argparse.Namespace, load) 
         f"Measured {date.today()} on {platform.machine()} ({os.cpu_count()} cores, Python "
         f"{platform.python_version()}, torch {results[0]['torch']}), load average "
         f"{load[0]:.1f} before and {load[1]:.1f} after, by `python "
-        f"benchmarks/multiturn_speed.py --repeats {args.repeats} --iterations "
+        f"benchmarks/speed/multiturn_speed.py --repeats {args.repeats} --iterations "
         f"{args.iterations}{' --exact' if args.exact else ''}{' --bf16' if args.bf16 else ''}"
         f"{' --same-minibatches' if args.same_minibatches else ''}"
         f"{''.join(f' --set {s}' for s in args.set)}"

@@ -1,7 +1,7 @@
 """Env steps per second with envs in this process (0 workers) or on 1, 2 and 4 env workers.
 
-    python benchmarks/rollout_throughput.py [--envs 4] [--seconds 5] [--backend process]
-    python benchmarks/rollout_throughput.py --only sokoban --workers 0 2
+    python benchmarks/speed/rollout_throughput.py [--envs 4] [--seconds 5] [--backend process]
+    python benchmarks/speed/rollout_throughput.py --only sokoban --workers 0 2
 
 E envs step in lock-step like a rollout turn (``cairn.rollout.envpool.step_all``): one
 action per env, all sent, then all answers collected; an env whose episode ends is reset
@@ -42,7 +42,7 @@ FALLBACK_ACTIONS = {
         "pick up thermometer",
     ],
 }
-OUT = Path(__file__).parent / "results" / "speed" / "rollout_throughput.md"
+OUT = Path(__file__).resolve().parents[1] / "results" / "speed" / "rollout_throughput.md"
 
 
 def measure(name: str, workers: int, n_envs: int, seconds: float, backend: str) -> dict:
@@ -83,7 +83,7 @@ def table(rows: list[dict], backend: str, n_envs: int, seconds: float) -> str:
         f"Measured {date.today()} on {os.cpu_count()} CPU cores shared with other jobs "
         f"({platform.machine()}, {platform.system()}, Python {platform.python_version()}); "
         f"backend `{backend}`; {n_envs} envs stepping in lock-step for about {seconds:g} s per "
-        "row (`python benchmarks/rollout_throughput.py`). Workers 0: envs in the driver "
+        "row (`python benchmarks/speed/rollout_throughput.py`). Workers 0: envs in the driver "
         "process. Startup: building the pool and the first reset of every env.",
         "",
         "| env | workers | steps/s | speed-up vs 0 | steps | resets | startup (s) |",

@@ -2,7 +2,7 @@
 SmolLM2-135M-sized model, scoring through the whole model's logits (the path before) vs
 the response-only, chunked head (``HFPolicy.score``).
 
-    python benchmarks/score_memory.py [--rows 16 --prompt 300 --response 48] [--quick]
+    python benchmarks/speed/score_memory.py [--rows 16 --prompt 300 --response 48] [--quick]
 
 Each arm runs in its own process (peak RSS = ``resource.getrusage`` maxrss of that
 process, so arms do not share allocator state); the model is a LlamaConfig of SmolLM2-135M's
@@ -131,7 +131,7 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
         "",
         f"Measured {date.today()} on {platform.machine()} ({platform.python_version()}), "
         f"{args.threads} torch thread(s), 2 CPU cores shared with other jobs, by "
-        "`python benchmarks/score_memory.py`: a SmolLM2-135M-shaped Llama (576 wide, 30 "
+        "`python benchmarks/speed/score_memory.py`: a SmolLM2-135M-shaped Llama (576 wide, 30 "
         "layers, 9/3 heads, MLP 1536, vocabulary 49152, tied) with random weights, fp32, sdpa; "
         f"one minibatch of {args.rows} rows, prompts of {args.prompt - 20}-{args.prompt + 19} "
         f"tokens, responses of {args.response - 23}-{args.response} tokens "

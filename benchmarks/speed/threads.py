@@ -3,8 +3,8 @@ the tiny model, sokoban) with ``train.threads`` 1 vs 2, for choosing the default
 quiet machine and a loaded one (the default, 1, was chosen from it; on a shared 2-core
 machine 1 thread generated 4-10x faster than 2, which a loaded machine can fake).
 
-    python benchmarks/threads.py [--threads 1,2] [--repeats 3] [--iterations 6]
-    python benchmarks/threads.py --dry        # seconds: 1 repeat, 2 small iterations, no file
+    python benchmarks/speed/threads.py [--threads 1,2] [--repeats 3] [--iterations 6]
+    python benchmarks/speed/threads.py --dry        # seconds: 1 repeat, 2 small iterations, no file
 
 Arms alternate (1, 2, 1, 2, ...), each a fresh process (torch's thread pools are set once
 per process), so a change in the machine's load hits both arms alike. In each process the
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from cairn.train.records import write_record
 
-OUT = Path(__file__).resolve().parent / "results" / "speed"
+OUT = Path(__file__).resolve().parents[1] / "results" / "speed"
 KEYS = ("time/rollout", "time/update", "time/iteration")
 DRY = ["rollout.groups=2", "rollout.group_size=2", "rollout.max_turns=3"]
 
@@ -77,7 +77,7 @@ def table(rows: list[dict], args: argparse.Namespace, load: tuple[float, float])
         "",
         f"Measured {date.today()} on {platform.machine()} ({os.cpu_count()} cores, Python "
         f"{platform.python_version()}), load average {load[0]:.1f} before and {load[1]:.1f} "
-        f"after, by `python benchmarks/threads.py`: the demo config, {args.iterations} "
+        f"after, by `python benchmarks/speed/threads.py`: the demo config, {args.iterations} "
         f"iterations per process (the first left out), {args.repeats} alternating repeats.",
         "",
         "| threads | rollout s (median, spread) | update s | iteration s | vs 1 thread |",

@@ -1,7 +1,7 @@
 """Model forward tokens of TreePO tree sampling vs independent sampling, same leaves.
 
-    python benchmarks/tree_sampling.py --quick   # one JSON line (the default tree options)
-    python benchmarks/tree_sampling.py           # table of settings, writes
+    python benchmarks/speed/tree_sampling.py --quick   # one JSON line (the default tree options)
+    python benchmarks/speed/tree_sampling.py           # table of settings, writes
                                                  # benchmarks/results/speed/tree_sampling.md
 
 Setup: the demo preset (``configs/sokoban_gigpo.yaml``: compact 6x6 sokoban, 1 box,
@@ -42,7 +42,7 @@ from cairn.rollout import EnvPool, RolloutContext, RolloutSettings, make_strateg
 from cairn.train.config import load_config
 from cairn.train.records import write_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "sokoban_gigpo.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "speed" / "tree_sampling.md"
 DEFAULT_TREE: dict[str, Any] = {}  # the strategy's own defaults
@@ -190,7 +190,7 @@ def _table(rows: list[tuple[int, dict[str, Any], int, dict[str, Any]]], groups: 
         "",
         f"Measured {today} on {os.cpu_count()} CPU cores ({platform.machine()}, "
         f"{platform.system()}, Python {platform.python_version()}) with "
-        f"`python benchmarks/tree_sampling.py`: the demo preset's env and tiny random-init "
+        f"`python benchmarks/speed/tree_sampling.py`: the demo preset's env and tiny random-init "
         f"model, {groups} task seeds per row, both methods on the same seeds and the same "
         "policy. Tree defaults: width 2, segment_turns 3, roots 1, repeat no_branch, fill "
         "branch. "

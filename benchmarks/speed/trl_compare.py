@@ -1,8 +1,8 @@
 """cairn vs TRL's GRPOTrainer on the same GRPO work: SmolLM2-135M-Instruct, single-turn
 countdown, the same prompts and reward, timed side by side in one script.
 
-    python benchmarks/trl_compare.py [--repeats 20] [--budget-min 35] [--steps 3]
-    python benchmarks/trl_compare.py --dry-run   # the plan: settings, commands; runs nothing
+    python benchmarks/speed/trl_compare.py [--repeats 20] [--budget-min 35] [--steps 3]
+    python benchmarks/speed/trl_compare.py --dry-run   # the plan: settings, commands; runs nothing
 
 The work (both arms): the ``countdown_smol`` preset's task and prompts (its chat prompt
 with the made-up exchange, cairn's ``render: text`` instances), 2 prompts per step with 8
@@ -79,7 +79,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benchmarks" / "results" / "speed"
 VENV = ROOT / "runs" / ".trl-venv"
 TRL_VERSION = "1.16.0"
@@ -544,7 +544,7 @@ def loadavg_text() -> str:
 
 def record(rows: list[dict], args: argparse.Namespace, meta: dict[str, Any]) -> str:
     """The markdown record of a run."""
-    cmd = "python benchmarks/trl_compare.py " + " ".join(meta["argv"])
+    cmd = "python benchmarks/speed/trl_compare.py " + " ".join(meta["argv"])
     pairs = len(pair_ratios(rows))
     lengths = meta["prompt_tokens"]
     prompts = fmt_spread(lengths, digits=0) if lengths else "-"
@@ -563,7 +563,7 @@ def record(rows: list[dict], args: argparse.Namespace, meta: dict[str, Any]) -> 
         f"processes, each 1 warm-up + {args.steps} measured steps (per-process medians). "
         f"TRL's tokenizer gives back cairn's prompt ids for every prompt: "
         f"{'yes' if meta['roundtrip'] else 'NO'}; prompt tokens {prompts}. How each "
-        "number is measured: the script's docstring (benchmarks/trl_compare.py).",
+        "number is measured: the script's docstring (benchmarks/speed/trl_compare.py).",
         "",
         f"This session started at repeat {meta.get('resumed', 0)} (``--resume`` keeps the "
         f"rows of earlier ones), waited {meta.get('waited_min', 0.0):.1f} min for "

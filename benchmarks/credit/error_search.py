@@ -1,11 +1,11 @@
 """ELPO error search against the sokoban solver's exact first irrecoverable step.
 
-    python benchmarks/credit/error_search.py            # 200 failures, writes the table and figure
-                                                 # benchmarks/results/credit/error_search.{md,png}
-    python benchmarks/credit/error_search.py --quick    # 40 failures, two settings, prints JSON
+    python benchmarks/credit/error_search.py           # 200 failures, writes the table and
+                                                       # figure, results/credit/error_search.*
+    python benchmarks/credit/error_search.py --quick   # 40 failures, two settings, prints JSON
     python benchmarks/credit/error_search.py --failures 50 --x 3000
-                                                 # one setting, X continuations every probe;
-                                                 # appended to the results' large-X table
+                                                       # one setting, X continuations every probe;
+                                                       # appended to the results' large-X table
 
 Setup: the demo preset's env (``configs/sokoban_gigpo.yaml``: compact 6x6 sokoban, 1 box,
 15 steps, restricted decoding) and its tiny model, untrained (random init, seed 0). Failed

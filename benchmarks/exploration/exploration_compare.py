@@ -1,4 +1,5 @@
-"""Exploration benchmarks: each claim of issue 6 as a `cairn compare` over variants of a preset.
+"""Exploration claims (EMPO2 memory, LUFFY cold start, LADDER curriculum), each a
+`cairn compare` over variants of a preset.
 
     python benchmarks/exploration/exploration_compare.py cold_start [--seeds 3] [--jobs 2] [--out D]
     python benchmarks/exploration/exploration_compare.py memory     [--seeds 3] [--jobs 2] [--out D]

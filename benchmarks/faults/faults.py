@@ -1,8 +1,7 @@
-"""Fault injection: what a cairn run survives, and that nothing is lost (issue 15, Checks).
+"""Fault injection: what a cairn run survives, and that nothing is lost.
 
-    nice -n 19 python benchmarks/faults/faults.py                 # all four parts, writes
-                                                           # benchmarks/results/faults/faults.md
-    python benchmarks/faults/faults.py --only actions,cli --quick # a smaller pass, prints only
+    nice -n 19 python benchmarks/faults/faults.py  # every part, writes results/faults/faults.md
+    python benchmarks/faults/faults.py --only actions,cli --quick  # a smaller pass, prints only
 
 Six parts, each a section of the record:
 
@@ -31,10 +30,10 @@ Six parts, each a section of the record:
   with ``iteration: -5``, numpy scalars of a string dtype, same-size garbage, ``latest``
   pointing into another run, a symlinked checkpoint, a stale corrupt one with
   ``checkpoint.keep=1``, a torn metrics row, a pickle); ``cairn train --resume`` must
-  finish the run with every metrics row (issue 26).
+  finish the run with every metrics row.
 - ``parsers``: hostile completions (deep nesting, huge numbers, NaN, duplicate keys,
   control characters, long strings) through ``parse_action`` in every action format: no
-  exception may escape (issue 26).
+  exception may escape.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "faults" / "faults.md"
 HEADER = (
     "# Faults: what a run survives\n\n"
-    "Written by `benchmarks/faults/faults.py` (issue 15). Each section: what was injected, how "
+    "Written by `benchmarks/faults/faults.py`. Each section: what was injected, how "
     "many times, what survived and what was lost (must be nothing).\n"
 )
 
@@ -592,7 +591,7 @@ def fuzz_cli_inputs(n: int, seed: int, keys: list[str], work: Path) -> list[list
 
 
 def hostile_cli_inputs(work: Path) -> list[list[str]]:
-    """Issue 26's hostile inputs: a 1 KB YAML alias bomb, an alias in --set, a config file
+    """Hostile config inputs: a 1 KB YAML alias bomb, an alias in --set, a config file
     over 1 MiB, a 100 KB string, counts past their limits, run names that leave out_dir or
     print another name. Each must be refused in one line, fast, with no folder."""
     bomb = ['a0: &a0 ["xxxxxxxxxx","xxxxxxxxxx","xxxxxxxxxx","xxxxxxxxxx","xxxxxxxxxx",'

@@ -1,4 +1,4 @@
-"""The embedded real model before and after RL on the three real-model presets (issue 23).
+"""The embedded real model before and after RL on the three real-model presets.
 
 For each preset and seed: ``cairn train PRESET`` with ``seed``, a training-time budget
 (``train.time_budget_s``, evaluation excluded) and greedy evaluation at the start (the

@@ -1,7 +1,7 @@
 """Speed of the advantage estimators: vectorised vs the plain-loop reference.
 
     python benchmarks/speed/advantages.py            # 1,000,000 rows (proxmo: 100,000), writes
-                                               # benchmarks/results/speed/advantages.md
+                                                     # benchmarks/results/speed/advantages.md
     python benchmarks/speed/advantages.py --quick    # small sizes, prints only
 
 Batch: groups of 8 episodes x 8 steps. Each group is a binary rollout tree of depth 3 (the

@@ -1,7 +1,7 @@
 """Speed of every registered env: steps per second, reset time, snapshot + restore time.
 
     python benchmarks/speed/env_speed.py              # 5 s of stepping per env, writes
-                                                # benchmarks/results/speed/env_speed.md
+                                                      # benchmarks/results/speed/env_speed.md
     python benchmarks/speed/env_speed.py --quick      # 0.5 s per env, prints only
     python benchmarks/speed/env_speed.py --envs countdown,search_qa --seconds 2
 

@@ -1,13 +1,13 @@
 """The multi-turn real-model preset (sokoban_smol: SmolLM2-135M-Instruct, LoRA, history 1)
-before and after issue 25's work on generation and scoring, in one script with
-alternating arms.
+before and after the generation and scoring speed-ups (the response-only head, dropped
+finished rows, the shared prefix, packed episodes), in one script with alternating arms.
 
     python benchmarks/speed/multiturn_speed.py [--repeats 2] [--iterations 2] [--set KEY=VALUE]
     python benchmarks/speed/multiturn_speed.py --dry     # seconds: 1 tiny iteration per arm
 
 Arms (each a fresh process, so torch's thread pool and the model load are the same):
 
-- ``before``: the code path of commit 1e1f825 (before issue 25). That commit cannot run
+- ``before``: the code path of commit 1e1f825 (before those speed-ups). That commit cannot run
   sokoban_smol (it has neither the preset, the embedded model, the text rendering nor the
   tagged format), so the arm runs this checkout's tree (``git archive HEAD``) with
   ``src/cairn/policies/hf.py`` taken from 1e1f825: its prefill computes every prompt
@@ -17,7 +17,7 @@ Arms (each a fresh process, so torch's thread pool and the model load are the sa
   generation config (SmolLM2 ends a turn with <|im_end|>; 1e1f825 knew only the eos).
   It also trains every turn as its own row (``train.pack_episodes=false``) and shuffles
   rows one by one into minibatches (``optim.group_prompts=false``): packing and grouped
-  minibatches came with issue 25 too. With ``--same-minibatches`` it keeps the preset's
+  minibatches came with the same work. With ``--same-minibatches`` it keeps the preset's
   minibatch order, so that only the code differs (the update's math is then the same).
 - ``after``: this checkout (``src/``): the prefill keeps the last position's logits,
   finished rows are dropped, the prompts' shared prefix runs once (``share_prefix``),

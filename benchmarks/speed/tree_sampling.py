@@ -2,7 +2,7 @@
 
     python benchmarks/speed/tree_sampling.py --quick   # one JSON line (the default tree options)
     python benchmarks/speed/tree_sampling.py           # table of settings, writes
-                                                 # benchmarks/results/speed/tree_sampling.md
+                                                       # benchmarks/results/speed/tree_sampling.md
 
 Setup: the demo preset (``configs/sokoban_gigpo.yaml``: compact 6x6 sokoban, 1 box,
 15 steps, restricted decoding, the tiny random-init model). For every setting, the same

@@ -105,6 +105,8 @@ def test_the_trainer_reads_its_parts_through(tmp_path):
         replaced = torch.nn.Linear(1, 1)
         trainer.parts.ref_model = replaced  # as the warm-up does
         assert trainer.ref_model is replaced
+        trainer.ref_model = None  # written through: the parts stay the one place
+        assert trainer.parts.ref_model is None and "ref_model" not in vars(trainer)
     finally:
         trainer.parts.close()
         trainer.log.close()

@@ -77,7 +77,7 @@ def open_checkpoint(cfg: Config, checkpoint: Path) -> Iterator[tuple[HFPolicy, A
         instruction = cfg.agent.instruction or probe.instruction
         env = cast(TextEnv, probe)  # a proxy: the env's methods, env faults named as such
         policy = build_policy(cfg.model, env, instruction, cfg.seed, checkpoint)
-        yield policy, envs, prompt_builder(cfg, policy.tokenizer, probe)
+        yield policy, envs, prompt_builder(cfg, policy.tokenizer, env)
     finally:
         envs.close()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cairn.agent import PromptBuilder, example_completion
 from cairn.envs import make
@@ -22,6 +22,13 @@ from cairn.policies.engines import make_engine
 from cairn.rollout import STRATEGIES, RolloutSettings
 from cairn.rollout.envpool import GuardedEnv
 from cairn.train.preflight import TinyKeyWarning, tiny_key_problems, warn_tiny_keys
+
+if TYPE_CHECKING:
+    from cairn.envs import TextEnv
+    from cairn.policies.engines import Engine
+    from cairn.policies.hf import HFPolicy
+    from cairn.train.config import Config, RolloutConfig
+    from cairn.train.distributed import Dist
 
 __all__ = [
     "TinyKeyWarning",
@@ -40,7 +47,7 @@ __all__ = [
 BUDGET_SEEDS = 4  # tasks whose gold action the token cap must hold
 
 
-def new_run_dir(cfg: Any) -> Path:
+def new_run_dir(cfg: Config) -> Path:
     """``out_dir/<name>-s<seed>-<time stamp>``, with a ``-k`` suffix when it exists."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(cfg.out_dir) / f"{cfg.name}-s{cfg.seed}-{stamp}"
@@ -50,7 +57,7 @@ def new_run_dir(cfg: Any) -> Path:
     return path
 
 
-def sampling_settings(cfg: Any, policy: Any = None) -> RolloutSettings:
+def sampling_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSettings:
     """The rollout's sampling settings; with ``policy``, its context budget too."""
     r = cfg.rollout
     budget = (
@@ -67,14 +74,14 @@ def sampling_settings(cfg: Any, policy: Any = None) -> RolloutSettings:
     )  # fmt: skip
 
 
-def describe_format(cfg: Any) -> bool:
+def describe_format(cfg: Config) -> bool:
     """``agent.describe_format``; unset, on for a pretrained model and off for the tiny
     default (whose prompts are word lists it learns, not instructions it reads)."""
     explicit = cfg.agent.describe_format
     return cfg.model.path is not None if explicit is None else bool(explicit)
 
 
-def prompt_builder(cfg: Any, tokenizer: Any, env: Any = None) -> PromptBuilder:
+def prompt_builder(cfg: Config, tokenizer: Any, env: TextEnv | None = None) -> PromptBuilder:
     """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template. From
     ``env``: with the ``tool_call`` format its ``tools`` (for a template that renders them);
     with ``agent.describe_format`` on, its ``demonstration()`` as finished exchanges."""
@@ -92,13 +99,13 @@ def prompt_builder(cfg: Any, tokenizer: Any, env: Any = None) -> PromptBuilder:
 
 
 def build_policy_engine(
-    cfg: Any, probe: Any, run_dir: Path, dist: Any, ckpt: Path | None
-) -> tuple[Any, Any, PromptBuilder]:
+    cfg: Config, probe: TextEnv, run_dir: Path, dist: Dist, ckpt: Path | None
+) -> tuple[HFPolicy, Engine, PromptBuilder]:
     """(policy, engine, prompt builder). ``probe``: an env whose instruction and vocabulary
     the tiny default model is built for; the weights are rank 0's on every rank. A probe
     env that fails raises an ``EnvFault`` naming the env and the call (no rollout to drop
     it from)."""
-    probe = GuardedEnv(probe, cfg.env.name)
+    probe = cast("TextEnv", GuardedEnv(probe, cfg.env.name))  # a proxy: faults named
     probe.reset(seed=0)
     instruction = cfg.agent.instruction or probe.instruction
     words = prompt_words(cfg)
@@ -117,7 +124,7 @@ def build_policy_engine(
     return policy, engine, prompt_builder(cfg, policy.tokenizer, probe)
 
 
-def turns_extend(cfg: Any) -> bool:
+def turns_extend(cfg: Config) -> bool:
     """Whether each turn's prompt is the last turn's prompt and sampled reply followed by
     new tokens: a chat prompt (sampled ids spliced back) showing every earlier turn."""
     max_turns = cfg.rollout.max_turns
@@ -129,7 +136,7 @@ def turns_extend(cfg: Any) -> bool:
     )
 
 
-def prompt_words(cfg: Any) -> tuple[str, ...]:
+def prompt_words(cfg: Config) -> tuple[str, ...]:
     """Words the rollout strategy writes into prompts beyond the env's and the template's
     (its class's ``prompt_words(options)``, where it has one: SGE's reflection outcomes); the
     tiny default's word-level tokenizer must know them, or the model reads ``<unk>``."""
@@ -138,7 +145,7 @@ def prompt_words(cfg: Any) -> tuple[str, ...]:
     return tuple(words(options)) if words is not None else ()
 
 
-def budget_check(cfg: Any, tokenizer: Any) -> None:
+def budget_check(cfg: Config, tokenizer: Any) -> None:
     """``check_token_budget`` on an env of its own (the probe may live in a worker), its
     calls guarded like the probe's."""
     env = GuardedEnv(make(cfg.env.name, **cfg.env.options), cfg.env.name)
@@ -149,7 +156,9 @@ def budget_check(cfg: Any, tokenizer: Any) -> None:
         env.close()
 
 
-def check_token_budget(env: Any, tokenizer: Any, fmt: str, rollout: Any, prefix: str = "") -> None:
+def check_token_budget(
+    env: TextEnv | GuardedEnv, tokenizer: Any, fmt: str, rollout: RolloutConfig, prefix: str = ""
+) -> None:
     """Fail in one line when ``rollout.max_new_tokens`` cannot hold the gold action of
     one of the first ``BUDGET_SEEDS`` tasks written in ``fmt`` after the response ``prefix``
     the prompt already holds (envs without a gold action are not checked)."""

@@ -77,10 +77,9 @@ T = TypeVar("T")
 
 
 class _Part(Generic[T]):
-    """``trainer.<name>``: the part ``trainer.parts.<name>``, read through (warm-up and
-    resume act on the parts, and the trainer sees what they put there at once). Read-only
-    in use; a test may still set the name on a bare ``Trainer.__new__`` instance (a
-    non-data descriptor: the instance's own attribute wins)."""
+    """``trainer.<name>``: the part ``trainer.parts.<name>``, read and written through, so
+    that the parts stay the one place a part lives (warm-up and resume act on them). A bare
+    ``Trainer.__new__`` instance (tests) has no parts: the name is its own attribute."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -92,7 +91,21 @@ class _Part(Generic[T]):
     def __get__(self, trainer: Trainer, owner: type) -> T: ...
 
     def __get__(self, trainer: Trainer | None, owner: type) -> T | _Part[T]:
-        return self if trainer is None else cast(T, getattr(trainer.parts, self.name))
+        if trainer is None:
+            return self
+        parts = vars(trainer).get("parts")
+        if parts is not None:
+            return cast(T, getattr(parts, self.name))
+        if self.name in vars(trainer):
+            return cast(T, vars(trainer)[self.name])
+        raise AttributeError(f"this trainer has no {self.name} (no parts yet)")
+
+    def __set__(self, trainer: Trainer, value: T) -> None:
+        parts = vars(trainer).get("parts")
+        if parts is None:
+            vars(trainer)[self.name] = value
+        else:
+            setattr(parts, self.name, value)
 
 
 class Trainer:

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cairn.advantages import validate_options
 from cairn.rollout import RolloutSettings
-from cairn.train.config import AdvantageConfig, AgentConfig, ConfigError, stop_problem
+from cairn.train.config import AdvantageConfig, AgentConfig, Config, ConfigError, stop_problem
 
 __all__ = ["BRANCHING", "CairnVerlConfig", "RolloutSection", "cairn_config", "check_estimator"]
 
@@ -98,11 +98,12 @@ class CairnVerlConfig(BaseModel):
 
         return prompt_builder(self._view(), tokenizer, env)
 
-    def _view(self, rollout: Any = None) -> SimpleNamespace:
+    def _view(self, rollout: Any = None) -> Config:
         """This block as the parts of a cairn Config the turn step reads; the model is
         verl's, a pretrained one."""
         model = SimpleNamespace(path=PRETRAINED, max_context=None)
-        return SimpleNamespace(rollout=rollout, agent=self.agent, model=model)
+        view = SimpleNamespace(rollout=rollout, agent=self.agent, model=model)
+        return cast("Config", view)  # duck-typed: the sections those functions read
 
 
 def _plain(node: Any) -> Any:

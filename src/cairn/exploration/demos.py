@@ -30,7 +30,7 @@ import gzip
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cairn.agent import ContextOverflow, PromptBuilder, Turn, fit_prompt, format_completion
 from cairn.data.episode import Episode, Source, Step
@@ -39,6 +39,9 @@ from cairn.envs import TextEnv
 from cairn.exploration.registries import SOURCES
 from cairn.rollout.envpool import EnvFault
 from cairn.rollout.turn import instruction_for
+
+if TYPE_CHECKING:
+    from cairn.policies.hf import HFPolicy
 
 __all__ = [
     "SOURCES",
@@ -154,7 +157,7 @@ def demo_episode(
     seed: int,
     actions: Sequence[str],
     *,
-    policy: Any,
+    policy: HFPolicy,
     prompt: PromptBuilder,
     settings: Any,
     episode_id: int,
@@ -222,7 +225,7 @@ def mix_demos(
     n_off: int,
     *,
     env: TextEnv,
-    policy: Any,
+    policy: HFPolicy,
     prompt: PromptBuilder,
     settings: Any,
     only_successful: bool = True,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -34,6 +34,9 @@ from cairn.data.tokens import collate_scoring
 from cairn.envs import TextEnv
 from cairn.rollout.envpool import EnvFault, reset_all
 from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, tasks_for_groups
+
+if TYPE_CHECKING:
+    from cairn.policies.hf import HFPolicy
 
 __all__ = ["OUTCOME_WORDS", "GuidedEnv", "SGEStrategy"]
 
@@ -184,7 +187,7 @@ def _check(name: str, value: Any, kind: type, low: float, what: str) -> None:
 
 @torch.no_grad()
 def _rescore(
-    policy: Any, prompts: list[list[int]], actions: list[list[int]], temperature: float
+    policy: HFPolicy, prompts: list[list[int]], actions: list[list[int]], temperature: float
 ) -> list[list[float]]:
     """Teacher-forced log-probs of ``actions`` at ``temperature`` (no grad), per row."""
     rows = [i for i, a in enumerate(actions) if a]

@@ -17,7 +17,7 @@ One protocol, ``write(episodes, instructions) -> one list of Tip per episode``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -25,6 +25,9 @@ from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
 from cairn.exploration.memory import Tip
 from cairn.exploration.registries import WRITERS
+
+if TYPE_CHECKING:
+    from cairn.policies.hf import HFPolicy
 
 __all__ = ["WRITERS", "PolicyTipWriter", "TemplateTipWriter", "TipWriter", "make_writer"]
 
@@ -86,7 +89,7 @@ class PolicyTipWriter:
 
     def __init__(
         self,
-        policy: Any,
+        policy: HFPolicy,
         prompt: PromptBuilder,
         max_new_tokens: int = 64,
         temperature: float = 0.7,
@@ -126,7 +129,7 @@ class PolicyTipWriter:
         return out
 
 
-def make_writer(name: str, policy: Any, prompt: PromptBuilder, **options: Any) -> TipWriter:
+def make_writer(name: str, policy: HFPolicy, prompt: PromptBuilder, **options: Any) -> TipWriter:
     """``template`` or ``policy`` writer with its keyword options (the policy and the prompt
     builder go to the writers that take them)."""
     return WRITERS.build(name, options, policy=policy, prompt=prompt)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import sympy as sp
@@ -36,6 +36,9 @@ from cairn.envs import TextEnv, make
 from cairn.envs.base import StepResult
 from cairn.exploration.registries import GENERATORS
 from cairn.rollout.envpool import GuardedEnv
+
+if TYPE_CHECKING:
+    from cairn.policies.hf import HFPolicy
 
 __all__ = [
     "GENERATORS",
@@ -139,7 +142,7 @@ class LLMVariants(_IntegrationProblems):
         "line, in Python syntax, each a simpler function of x.\n"
     )
 
-    def __init__(self, policy: Any, max_new_tokens: int = 128, max_steps: int = 1):
+    def __init__(self, policy: HFPolicy, max_new_tokens: int = 128, max_steps: int = 1):
         super().__init__(max_steps)
         self.policy, self.max_new_tokens, self.calls = policy, max_new_tokens, 0
 
@@ -164,7 +167,9 @@ class LLMVariants(_IntegrationProblems):
         return out[:n]
 
 
-def make_generator(name: str, *, policy: Any = None, **options: Any) -> VariantGenerator:
+def make_generator(
+    name: str, *, policy: HFPolicy | None = None, **options: Any
+) -> VariantGenerator:
     """``symbolic`` or ``llm`` (which samples with ``policy``) with its keyword options."""
     return GENERATORS.build(name, options, policy=policy)
 

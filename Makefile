@@ -36,7 +36,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
-	$(VENV)/bin/mypy  # the packages in pyproject.toml's [tool.mypy] files
+	$(VENV)/bin/mypy  # all of src/cairn (pyproject.toml's [tool.mypy])
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks

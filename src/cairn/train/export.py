@@ -71,8 +71,9 @@ def export_run(run_dir: Path, out: Path, merge: bool = False, force: bool = Fals
     _check_out(out, run_dir, force)
     from cairn.train.config import ConfigError, load_config
 
-    try:
-        cfg = load_config(run_dir / "config.yaml")
+    try:  # the run checked its config when it started; export reads only its model keys,
+        # so no env, plugin or registry is needed (the preflight is skipped)
+        cfg = load_config(run_dir / "config.yaml", check=False)
     except ConfigError as err:
         raise ExportError(f"{run_dir}/config.yaml: {err}") from None
     policy = _policy(cfg, ckpt)

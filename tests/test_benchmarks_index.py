@@ -87,3 +87,30 @@ def test_docstrings_speak_of_the_project_not_of_issue_numbers(path):
     ]
     cited = [d for d in docs if re.search(r"\bissues? \d+", d, re.IGNORECASE)]
     assert cited == [], f"{path}: {cited[0][:80]!r}"
+
+
+def _sibling_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from M import N`` in ``path`` whose M is a script of the
+    same folder or of benchmarks/ (scripts import each other through ``sys.path``)."""
+    names = {Path(s).stem for s in scripts()}
+    return [
+        (node.module, alias.name)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module in names
+        for alias in node.names
+    ]
+
+
+@pytest.mark.parametrize("path", sorted(p for p in scripts() if p.endswith(".py")))
+def test_what_a_script_imports_from_another_is_beside_it_and_defined_there(path):
+    """`python benchmarks/<study>/<script>.py` puts its own folder on sys.path: a sibling it
+    imports must be in that folder and define the name (a split script once left
+    gpu_check_verl.py importing OVERRIDES from gpu_check.py, which no longer had it)."""
+    for module, name in _sibling_imports(BENCH / path):
+        sibling = (BENCH / path).parent / f"{module}.py"
+        assert sibling.is_file(), f"{path} imports {module}, which is not beside it"
+        tree = ast.parse(sibling.read_text())
+        defined = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                   if isinstance(t, ast.Name)}  # fmt: skip
+        defined |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        assert name in defined, f"{path} imports {name} from {module}, which does not define it"

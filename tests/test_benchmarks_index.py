@@ -114,3 +114,17 @@ def test_what_a_script_imports_from_another_is_beside_it_and_defined_there(path)
                    if isinstance(t, ast.Name)}  # fmt: skip
         defined |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
         assert name in defined, f"{path} imports {name} from {module}, which does not define it"
+
+
+def test_every_benchmark_path_the_docs_and_code_name_exists():
+    """README, docs/, src/ and the scripts' own docstrings name scripts by their path: after
+    a move each must follow (the records' history and the CHANGELOG may name old ones)."""
+    texts = [ROOT / "README.md", INDEX, *(ROOT / "docs").rglob("*.md")]
+    texts += [*(ROOT / "src" / "cairn").rglob("*.py"), *(BENCH / s for s in scripts())]
+    named = {
+        (p.relative_to(ROOT).as_posix(), m)
+        for p in texts
+        for m in re.findall(r"benchmarks/[\w/]+\.(?:py|sh)\b", p.read_text())
+    }
+    assert len(named) > 20
+    assert {(where, m) for where, m in named if not (ROOT / m).is_file()} == set()

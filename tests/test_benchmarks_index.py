@@ -128,3 +128,19 @@ def test_every_benchmark_path_the_docs_and_code_name_exists():
     }
     assert len(named) > 20
     assert {(where, m) for where, m in named if not (ROOT / m).is_file()} == set()
+
+
+CLIMB = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?((?:\.parent(?!s))+|\.parents\[(\d)\])(.*)")
+
+
+@pytest.mark.parametrize("path", sorted(p for p in scripts() if p.endswith(".py")))
+def test_a_script_finds_the_repository_from_its_own_folder(path):
+    """A script one folder down reaches the repository as ``parents[2]`` and benchmarks/ as
+    ``parents[1]`` (a script moved without this writes its record into the wrong folder)."""
+    depth = len(Path(path).parts)  # 1: benchmarks/x.py, 2: benchmarks/<study>/x.py
+    for m in CLIMB.finditer((BENCH / path).read_text()):
+        up = int(m[2]) + 1 if m[2] else m[1].count(".parent")  # folders climbed
+        if m[3].startswith(' / "results"'):  # benchmarks/results
+            assert up == depth, f"{path}: {m[0]}"
+        else:  # the repository root, or its own folder (sys.path)
+            assert up in (depth + 1, 1), f"{path}: {m[0]}"

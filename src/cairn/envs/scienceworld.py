@@ -351,7 +351,9 @@ class ScienceWorld(TextEnv):
         """If this env's JVM has exited: raise ``JvmDied`` as the first env to find it (or
         when a replay would not be exact), else move to a fresh JVM and replay the episode."""
         gateway = self._gateway
-        code = None if gateway is None else jvm_exit_code(gateway)
+        if gateway is None:
+            return
+        code = jvm_exit_code(gateway)
         if code is None:
             return
         if claim_dead_jvm(gateway) or (replay and self._clock.started and not self.deterministic):
@@ -407,9 +409,10 @@ class ScienceWorld(TextEnv):
 
     def _drop_jvm(self) -> None:
         """Let go of this env's JVM (its simulator first, where the JVM still runs)."""
-        if self._entry is not None and jvm_exit_code(self._gateway) is None:
+        gateway = self._gateway
+        if self._entry is not None and gateway is not None and jvm_exit_code(gateway) is None:
             with contextlib.suppress(Exception):  # a shared JVM drops this env's simulator
-                self._gateway.detach(self._entry)
+                gateway.detach(self._entry)
         if self._stop is not None:
             self._stop()
         self._gateway, self._entry, self._stop = None, None, None

@@ -39,10 +39,10 @@ from cairn.rollout import (
     make_env_pool,
     make_strategy,
 )
-from cairn.train.checkpoint import CheckpointError
 from cairn.train.config import Config
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, SideLearner, build_learners
+from cairn.train.resume import _check_optimizer
 from cairn.train.setup import build_policy_engine, sampling_settings
 from cairn.train.state import put
 
@@ -172,33 +172,3 @@ def _load_reward(reward: object, saved: dict[str, Any]) -> None:
     if not isinstance(reward, _Stateful):
         raise TypeError(f"this run's reward {type(reward).__name__} keeps no state")
     reward.load_state_dict(saved)
-
-
-def _check_optimizer(opt: torch.optim.Optimizer, saved: Any, key: str) -> None:
-    """CheckpointError unless ``saved`` has ``opt``'s groups, parameter counts and, for
-    every saved tensor but the step, its parameter's shape (torch checks only the counts,
-    and a wrong shape would fail later, inside an update)."""
-    if saved is None:
-        return
-    mine, theirs = opt.param_groups, saved["param_groups"]
-    counts = [len(g["params"]) for g in mine], [len(g["params"]) for g in theirs]
-    if counts[0] != counts[1]:
-        raise CheckpointError(
-            f"checkpoint state {key}: parameter groups of sizes {counts[1]}, this run's "
-            f"optimizer has {counts[0]} (a different model?)"
-        )
-    params = dict(
-        zip(
-            (i for g in theirs for i in g["params"]),
-            (p for g in mine for p in g["params"]),
-            strict=True,
-        )
-    )
-    for index, slots in saved["state"].items():
-        shape = tuple(params[index].shape)
-        for name, value in slots.items():
-            if name != "step" and isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
-                raise CheckpointError(
-                    f"checkpoint state {key}.state.{index}.{name}: shape {list(value.shape)}, "
-                    f"its parameter has {list(shape)}"
-                )

@@ -14,17 +14,32 @@ turns any error while putting a part back into a CheckpointError naming the key.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from cairn.train.checkpoint import CheckpointError
 
 if TYPE_CHECKING:
-    from cairn.train.parts import TrainParts
     from cairn.train.state import TrainState
 
-__all__ = ["restore_trainer", "trainer_state"]
+__all__ = ["Parts", "restore_trainer", "trainer_state"]
+
+
+class Parts(Protocol):
+    """What a checkpoint needs of a trainer's parts (``cairn.train.parts.TrainParts``)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """CheckpointError unless ``state`` fits; changes nothing (``_check_optimizer``)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def trainer_state(
-    parts: TrainParts, state: TrainState, wall_seconds: float, unsaved_rows: Iterable[dict]
+    parts: Parts, state: TrainState, wall_seconds: float, unsaved_rows: Iterable[dict]
 ) -> dict[str, Any]:
     """What a checkpoint keeps of a trainer besides its weights (module docstring): the
     loop's ``state`` (with the run's ``wall_seconds`` so far), the ``parts``' and the
@@ -36,9 +51,39 @@ def trainer_state(
     }
 
 
-def restore_trainer(parts: TrainParts, state: TrainState, saved: dict[str, Any]) -> None:
+def restore_trainer(parts: Parts, state: TrainState, saved: dict[str, Any]) -> None:
     """Put ``saved`` back into the loop's ``state`` and the ``parts``; CheckpointError (one
     line, naming the key) when a part does not fit them, checked before anything changes."""
     parts.check_state_dict(saved)
     state.load_state_dict(saved)
     parts.load_state_dict(saved)
+
+
+def _check_optimizer(opt: torch.optim.Optimizer, saved: Any, key: str) -> None:
+    """CheckpointError unless ``saved`` has ``opt``'s groups, parameter counts and, for
+    every saved tensor but the step, its parameter's shape (torch checks only the counts,
+    and a wrong shape would fail later, inside an update)."""
+    if saved is None:
+        return
+    mine, theirs = opt.param_groups, saved["param_groups"]
+    counts = [len(g["params"]) for g in mine], [len(g["params"]) for g in theirs]
+    if counts[0] != counts[1]:
+        raise CheckpointError(
+            f"checkpoint state {key}: parameter groups of sizes {counts[1]}, this run's "
+            f"optimizer has {counts[0]} (a different model?)"
+        )
+    params = dict(
+        zip(
+            (i for g in theirs for i in g["params"]),
+            (p for g in mine for p in g["params"]),
+            strict=True,
+        )
+    )
+    for index, slots in saved["state"].items():
+        shape = tuple(params[index].shape)
+        for name, value in slots.items():
+            if name != "step" and isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
+                raise CheckpointError(
+                    f"checkpoint state {key}.state.{index}.{name}: shape {list(value.shape)}, "
+                    f"its parameter has {list(shape)}"
+                )

@@ -69,7 +69,7 @@ class CairnAgentLoop(AgentLoopBase):
         self.response_length = int(self.rollout_config.response_length)
         self.prompt_length = int(self.rollout_config.prompt_length)
 
-    async def run(
+    async def run(  # type: ignore[override]  # one output per turn, not verl's one
         self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any
     ) -> list[AgentLoopOutput]:
         settings = self.cairn.settings(

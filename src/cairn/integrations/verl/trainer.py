@@ -82,7 +82,7 @@ def step_table(
 
 def step_advantages(
     cfg: CairnVerlConfig,
-    uid: Sequence[Any],
+    uid: Sequence[Any] | np.ndarray,
     fields: Sequence[Mapping[str, Any]],
     values: np.ndarray | None = None,
     padding: np.ndarray | None = None,
@@ -96,9 +96,8 @@ def step_advantages(
     adv = np.zeros(len(fields), np.float64)
     metrics = {"cairn/failed_episodes": float(failed.sum())}
     if len(ok):
-        batch = step_table(
-            [uid[i] for i in ok], [fields[i] for i in ok], None if values is None else values[ok]
-        )
+        kept = [uid[int(i)] for i in ok], [fields[i] for i in ok]
+        batch = step_table(*kept, None if values is None else values[ok])
         try:
             a, _ = compute(batch, cfg.advantage)  # cairn train's stage: estimate, whiten
         except ValueError as err:
@@ -112,7 +111,9 @@ def step_advantages(
     return adv, metrics
 
 
-def _episode_metrics(batch: StepBatch, fields: list[dict], ok: np.ndarray) -> dict[str, float]:
+def _episode_metrics(
+    batch: StepBatch, fields: Sequence[Mapping[str, Any]], ok: np.ndarray
+) -> dict[str, float]:
     first = batch.t == 0  # one row per episode
     return {
         "cairn/episodes": float(first.sum()),

@@ -89,8 +89,9 @@ class TrainParts:
             _check_optimizer(x.opt, state.get(f"{x.name}_optimizer"), f"{x.name}_optimizer")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Put ``state`` (``state_dict``'s keys) back; an error while putting a part back
-        is a CheckpointError naming its key. Call ``check_state_dict`` first."""
+        """Put ``state`` (``state_dict``'s keys) back, checked first (``check_state_dict``);
+        an error while putting a part back is a CheckpointError naming its key."""
+        self.check_state_dict(state)
         put("optimizer", self.opt.load_state_dict, state["optimizer"])
         if self.ref_model is not None and state["ref_model"] is not None:
             put("ref_model", self.ref_model.load_state_dict, state["ref_model"])

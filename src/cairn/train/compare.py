@@ -46,6 +46,7 @@ COMPARE_LOCK = "compare.lock"
 class CompareLocked(RunLocked):
     """Another process runs a comparison into this output folder."""
 
+
 #: Keys that do not change what a run computes; the rest must match to reuse a folder.
 _IGNORED = ("log.progress", "out_dir")
 

@@ -340,8 +340,14 @@ def _run(trainer: Any, run_dir: Path) -> dict[str, Any]:
     """``trainer.run()``; an OS error while it writes (ENOSPC, EROFS) is one line naming the
     intact checkpoint (checkpoints and config.yaml are written atomically; a torn metrics
     line is dropped on resume)."""
+    from cairn.train.divergence import TrainingDiverged
+
     try:
         return trainer.run()
+    except TrainingDiverged as err:
+        if os.environ.get("CAIRN_TRACEBACK"):
+            raise
+        raise RunStopped(f"{err}; {_diverged_hint(run_dir)}") from err
     except OSError as err:
         if os.environ.get("CAIRN_TRACEBACK"):
             raise
@@ -469,6 +475,16 @@ def _interrupt_message(err: KeyboardInterrupt) -> str:
     if ckpt is None:
         return f"{what} before the first checkpoint of {run_dir}: nothing to resume"
     return f"{what}: {ckpt} is intact; resume with cairn train --resume {run_dir}"
+
+
+def _diverged_hint(run_dir: Path) -> str:
+    ckpt = _intact_checkpoint(run_dir)
+    if ckpt is None:
+        return f"no checkpoint of {run_dir} yet: start again with a lower optim.lr"
+    return (
+        f"{ckpt} (written before) is intact; resume with cairn train --resume {run_dir} "
+        "--set optim.lr=<lower>"
+    )
 
 
 def _resume_hint(run_dir: Path) -> str:

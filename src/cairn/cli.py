@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cairn._env_host import EnvFault, EnvFaultRateError
+from cairn._files import UnsafeFile, check_regular
 from cairn.data.rundir import RunLock, RunLocked
 from cairn.integrations.verl import data as verl_data
 from cairn.train.config import ConfigError, describe, load_config
@@ -369,6 +370,8 @@ def _resumable(run_dir: Path, config: str | None) -> Path:
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
     try:
+        for name in ("config.yaml", "metrics.jsonl", "summary.json", "amendments.jsonl"):
+            check_regular(run_dir / name, root=run_dir)  # a FIFO would hang the resume
         ckpt = _quiet_latest(run_dir)
     except (OSError, ValueError) as err:
         raise ConfigError(f"--resume {run_dir}: {err}") from None
@@ -521,7 +524,9 @@ def main(argv: list[str] | None = None) -> int:
         "presets": cmd_presets,
         "verl-data": verl_data.command,
     }
-    one_line = (ConfigError, RunNotStarted, RunStopped, RunLocked, EnvFaultRateError, EnvFault)
+    one_line = (
+        ConfigError, RunNotStarted, RunStopped, RunLocked, EnvFaultRateError, EnvFault, UnsafeFile
+    )  # fmt: skip
     try:
         return handler[args.command](args)
     except one_line as err:  # one line; an EnvFault here came from an env call outside a

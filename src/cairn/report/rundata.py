@@ -36,7 +36,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from cairn._files import UnsafeFile, open_regular
 from cairn.data.rundir import (
@@ -140,7 +140,7 @@ class _Lines:
     def __iter__(self) -> Iterator[str]:
         read = 0
         try:
-            with self._open() as f:
+            with open_regular(self.path, root=self.root) as raw, self._text(raw) as f:
                 while line := f.readline(MAX_LINE_CHARS):
                     read += len(line)
                     if read > MAX_DUMP_CHARS:
@@ -157,14 +157,10 @@ class _Lines:
         except (EOFError, OSError, zlib.error, UnsafeFile):
             self.skipped += 1
 
-    def _open(self) -> io.TextIOWrapper:
-        raw = open_regular(self.path, root=self.root)
-        try:
-            stream = gzip.GzipFile(fileobj=raw, mode="rb") if self.path.suffix == ".gz" else raw
-            return io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
-        except BaseException:
-            raw.close()
-            raise
+    def _text(self, raw: BinaryIO) -> io.TextIOWrapper:
+        """``raw`` as text, gunzipped for a ``.gz`` dump (closing it leaves ``raw`` open)."""
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if self.path.suffix == ".gz" else raw
+        return io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
 
 
 def _inside(path: Path, run_dir: Path) -> bool:

@@ -21,8 +21,9 @@ Renderings (``render=``):
   instruction. Write answers with spaces between tokens (``( 25 - 3 ) * 7 + 50``) for a
   word-level tokenizer; spacing does not matter to the parser.
 - ``"text"`` (for language models): ``Numbers: 3, 7, 25, 50. Target: 302.`` (then ``Your last
-  answer was too low.`` ...) and an instruction stating the goal and the rules, no answer
-  format (``agent.describe_format`` adds the format of ``agent.action_format``).
+  answer was too low.`` ...) and an instruction stating the goal and the rules, the same for
+  every instance (the instance is in the observation alone: one shared prompt prefix), no
+  answer format (``agent.describe_format`` adds the format of ``agent.action_format``).
 
 Answers as language models write them (``read_answer``): a leading ``Answer:``, surrounding
 backticks or ``$``, a final period, ``×``/``÷`` for ``*``/``/`` and a trailing
@@ -78,6 +79,14 @@ _TEXT_FEEDBACK = {
     "too high": "Your last answer was too high.",
     "correct": "Your last answer was correct.",
 }
+# The text rendering's instruction: the rules, no instance. The numbers and the target are
+# in the observation only, so the system turn is one prefix that every prompt of an
+# iteration shares (computed once per generate call and per minibatch) and a row's own
+# tokens are its one-line observation, not the whole prompt.
+_TEXT_INSTRUCTION = (
+    "Countdown: combine the given numbers with + - * / and parentheses into one arithmetic "
+    "expression whose value is the target. Use each number at most once."
+)
 _ANSWER_PREFIX = re.compile(r"^(?:final\s+)?answer\s*(?::|is\b:?)\s*", re.IGNORECASE)
 _STATED = re.compile(r"^(.*?)=\s*(-?\d+)\s*$", re.DOTALL)
 _SYMBOLS = str.maketrans({"\u00d7": "*", "\u00f7": "/", "\u2212": "-"})
@@ -302,6 +311,7 @@ class Countdown(TextEnv):
         self.render = check_choice("render", render, _RENDERS)
         if self.render == "text":
             self.example_observation = "Numbers: 1, 2, 3. Target: 9."
+            self.instruction = _TEXT_INSTRUCTION
         if not isinstance(allow_trivial, bool):
             raise ValueError(f"allow_trivial must be True or False, got {allow_trivial!r}")
         self.allow_trivial = allow_trivial
@@ -325,12 +335,8 @@ class Countdown(TextEnv):
                 f"expression that equals {self.target}. You may use + - * / and parentheses, "
                 "and each number at most once. Answer with the expression only."
             )
-        else:
-            self.instruction = (
-                f"Countdown: make {self.target} from the numbers {listed}. Combine them with "
-                "+ - * / and parentheses into one arithmetic expression whose value is "
-                f"{self.target}. Use each number at most once."
-            )
+        else:  # the rules only: the same for every instance, so every prompt shares it
+            self.instruction = _TEXT_INSTRUCTION
         self._clock.start()
         return self._record(self._observation(None), valid=True, success=False)
 

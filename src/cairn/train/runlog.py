@@ -1,4 +1,5 @@
-"""What a run writes as it goes: metrics.jsonl, trajectory dumps, and the live progress line.
+"""What a run writes as it goes: metrics.jsonl, trajectory dumps, and the live progress line
+(one per iteration, and within a long one ``live_line``).
 
 Every write is appended and flushed at the end of an iteration, so a killed run loses
 at most the iteration in flight; `truncate_after` drops what a resumed run will redo.
@@ -31,6 +32,7 @@ from rich.console import Console
 from cairn.data import rundir
 from cairn.data.rundir import read_metrics
 from cairn.train.loggers import LoggerSet
+from cairn.train.progress import LiveLine
 
 __all__ = ["RunLog", "read_metrics"]
 
@@ -63,7 +65,7 @@ class RunLog:
         self.metrics_path = run_dir / rundir.METRICS
         self.traj_dir = run_dir / rundir.TRAJECTORIES
         self.traj_dir.mkdir(parents=True, exist_ok=True)
-        live = sys.stdout.isatty() if progress is None else progress
+        self.live = live = sys.stdout.isatty() if progress is None else progress
         self.console = Console(highlight=False, force_terminal=live or None, soft_wrap=True)
         if config is None:
             config = rundir.read_config(run_dir)
@@ -118,6 +120,11 @@ class RunLog:
             parts.append(f"[bold]eval {row['eval/success']:.2f}[/bold]")
         parts.append(budget)
         self.console.print("  ".join(parts))
+
+    def live_line(self, iteration: int, episodes: int) -> LiveLine:
+        """The line shown within an iteration that runs over 10 s (``cairn.train.progress``;
+        off with the live progress): ``with log.live_line(it, n): ...``."""
+        return LiveLine(self.console, self.live, iteration, episodes)
 
     def say(self, text: str) -> None:
         self.console.print(text)

@@ -182,7 +182,8 @@ class Trainer:
             self._record_eval(0, self.evaluate())
         while not self._done():
             self.iteration += 1
-            row = self.train_iteration()
+            with self.log.live_line(self.iteration, self.local_groups * cfg.rollout.group_size):
+                row = self.train_iteration()
             if budget.eval_due(cfg.eval.every, self.iteration, self._done()):
                 row.update(self._record_eval(self.iteration, self.evaluate()))
             self.log.metrics(row)

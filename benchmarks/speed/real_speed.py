@@ -30,7 +30,7 @@ The record (``benchmarks/results/speed/real_speed.md``, a section per ``--label`
 raw rows in ``real_speed-<label>.json``) names the command, the commit of both arms, the
 load average before and after, and the other processes that used the CPU when it started:
 timings are only comparable on a quiet machine (one run alone). ``--smoke`` (1 iteration,
-1 group of 2 episodes, 2 turns, 8 new tokens) writes no record unless ``--out`` is given.
+1 group of 2 episodes, at most 2 turns) writes no record unless ``--out`` is given.
 ``--prompts`` prints each preset's prompt tokens at turns 1-3 in both arms and how many of
 them every instance's prompt shares (the prefix computed once per generate call and per
 minibatch); SmolLM2's tokenizer, no model, seconds.
@@ -59,7 +59,7 @@ OUT = ROOT / "benchmarks" / "results" / "speed"
 BEFORE = "c13f8b9"  # main before the faster real-model iterations (prompts, threads, tokens)
 PRESETS = ("sokoban_smol", "countdown_smol")
 SMOKE = ["rollout.groups=1", "rollout.group_size=2", "rollout.max_turns=2",
-         "rollout.max_new_tokens=8", "optim.minibatch_size=2"]  # fmt: skip
+         "optim.minibatch_size=2"]  # fmt: skip
 # Every arm: no evaluation, no checkpoint, no live line, a temporary run folder.
 QUIET = ["train.time_budget_s=null", "eval.at_start=false", "eval.every=0",
          "checkpoint.every=100000", "log.progress=false", "log.trajectories_every=0"]  # fmt: skip

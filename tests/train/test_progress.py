@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 
 import numpy as np
@@ -91,3 +92,32 @@ def test_runlog_live_line_follows_log_progress_and_stays_off_the_metrics(tmp_pat
     assert "episodes 8/8" in log.console.file.getvalue()
     rows = [json.loads(x) for x in (tmp_path / "live" / "metrics.jsonl").read_text().splitlines()]
     assert rows == [{"iteration": 2, "episodes": 8}]
+
+
+def test_a_training_run_shows_the_line_within_its_iterations(tmp_path, monkeypatch):
+    """The trainer wraps each iteration in the live line: with the thresholds at zero a
+    tiny-model run prints the counts of its turns and minibatches, and metrics.jsonl has
+    only the iteration rows."""
+    from cairn.train.config import load_config
+    from cairn.train.trainer import Trainer
+
+    make_line = RunLog.live_line
+
+    def fast(self, iteration, episodes):
+        line = make_line(self, iteration, episodes)
+        line.after_s, line.every_s, line.tick_s = 0.0, 0.0, 0.005
+        return line
+
+    monkeypatch.setattr(RunLog, "live_line", fast)
+    sets = ["rollout.groups=2", "rollout.group_size=4", "optim.minibatch_size=8",
+            "optim.epochs=1", "eval.at_start=false", "eval.every=0", "eval.episodes=2",
+            "train.time_budget_s=null", "train.threads=1", "train.iterations=1",
+            "log.progress=true", f"out_dir={tmp_path}"]  # fmt: skip
+    trainer = Trainer(load_config(None, sets), tmp_path / "run")
+    trainer.log.console.file = out = io.StringIO()
+    trainer.run()
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", out.getvalue())  # the redraws, as lines
+    assert re.search(r"it    1 · episodes [0-8]/8 · turn \d+ · minibatches 0/\? · \d+ s", shown)
+    assert re.search(r"it    1 · episodes 8/8 · minibatches 1/\d+ · \d+ s", shown)
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 1 and "episodes 8/8" not in rows[0]

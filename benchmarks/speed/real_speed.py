@@ -1,10 +1,10 @@
 """Seconds per training iteration of the real-model presets, before and after, in one run.
 
-    python benchmarks/speed/real_speed.py                      # sokoban_smol + countdown_smol, 3 it.
+    python benchmarks/speed/real_speed.py          # sokoban_smol + countdown_smol, 3 iterations
     python benchmarks/speed/real_speed.py --iterations 5 --repeats 2 --presets countdown_smol
     python benchmarks/speed/real_speed.py --after-set model.dtype=bfloat16 --label bf16
-    python benchmarks/speed/real_speed.py --smoke              # seconds: proves the script runs
-    python benchmarks/speed/real_speed.py --prompts --presets sokoban_smol countdown_smol search_qa_smol
+    python benchmarks/speed/real_speed.py --smoke  # minutes: proves the script runs
+    python benchmarks/speed/real_speed.py --prompts --presets countdown_smol search_qa_smol
 
 Arms, each preset x arm in a fresh process (the model load, torch's thread pool and the
 allocator start equal), alternating before, after, before, after, ...:
@@ -342,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         args.iterations, args.repeats, args.set = 1, 1, [*SMOKE, *args.set]
     info = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": shlex.join(["python", "benchmarks/speed/real_speed.py", *(argv or sys.argv[1:])]),
+        "command": shlex.join(
+            ["python", "benchmarks/speed/real_speed.py", *(argv or sys.argv[1:])]
+        ),
         "before": git("rev-parse", args.before),
         "after": git("rev-parse", "HEAD"),
         "dirty": " plus uncommitted changes" if git("status", "--porcelain", "src") else "",

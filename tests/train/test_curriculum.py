@@ -118,3 +118,15 @@ def test_a_run_climbs_down_trains_at_the_level_and_resumes_exactly(tmp_path, run
     # equal apart from timings and the evaluation the stopped run did as it stopped
     strip = lambda m: {k: v for k, v in m.items() if not k.startswith(("time/", "eval/"))}  # noqa: E731
     assert [strip(r) for r in again] == [strip(r) for r in rows]
+
+
+def test_task_blind_share_counts_the_episodes_the_env_judged():
+    from cairn.data.episode import Episode
+    from cairn.train.summary import episode_stats, task_blind_share
+
+    judged = [Episode(id=i, group=0, task=0, meta={"task_blind": b}) for i, b in enumerate([1, 0])]
+    silent = Episode(id=2, group=0, task=0)  # its env does not judge: left out
+    assert task_blind_share([*judged, silent]) == 0.5
+    assert task_blind_share([silent]) is None
+    assert episode_stats([*judged, silent], "rollout")["rollout/task_blind"] == 0.5
+    assert "rollout/task_blind" not in episode_stats([silent], "rollout")

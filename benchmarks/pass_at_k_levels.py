@@ -10,7 +10,8 @@ with the preset's own prompt and sampling settings and its rollout strategy ``gr
 
 Per level: pass@k for k = 1, 2, 4, ... up to n (the unbiased estimate 1 - C(n-c, k) /
 C(n, k) per task, averaged; ``cairn.train.pass_at_k``), the share of tasks whose group is
-mixed (0 < c < n: what an update learns from), and the seconds it took. A curriculum
+mixed (0 < c < n: what an update learns from), the share of episodes the env judged
+task-blind (``rollout/task_blind``'s rule) and the seconds it took. A curriculum
 should start at the hardest level whose mixed share is well above 0.
 
     python benchmarks/pass_at_k_levels.py countdown_smol --tasks 4 --n 4   # small reading
@@ -39,6 +40,7 @@ from cairn.train.config import Config, load_config
 from cairn.train.evaluate import open_checkpoint
 from cairn.train.pass_at_k import pass_at_k
 from cairn.train.setup import sampling_settings
+from cairn.train.summary import task_blind_share
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "benchmarks" / "results" / "real" / "pass_at_k_levels.md"
@@ -81,6 +83,7 @@ def measure(cfg: Config, tasks: int, n: int) -> list[dict[str, Any]]:
             ctx = RolloutContext(policy, envs, prompt, settings, generator, 0)
             start = time.perf_counter()
             episodes = make_strategy("group").collect(ctx, seeds, n)
+            blind = task_blind_share(episodes)
             groups: dict[int, list[bool]] = {}
             for e in episodes:
                 groups.setdefault(e.group, []).append(bool(e.success))
@@ -88,6 +91,7 @@ def measure(cfg: Config, tasks: int, n: int) -> list[dict[str, Any]]:
             rows.append({
                 "level": label, "tasks": tasks, "n": n,
                 **group_stats([groups[g] for g in sorted(groups)], ks),
+                "task_blind": float("nan") if blind is None else blind,
                 "seconds": round(time.perf_counter() - start, 1),
             })  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
@@ -95,7 +99,7 @@ def measure(cfg: Config, tasks: int, n: int) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    keys = [k for k in rows[0] if k.startswith("pass@")] + ["mixed", "seconds"]
+    keys = [k for k in rows[0] if k.startswith("pass@")] + ["mixed", "task_blind", "seconds"]
     lines = ["| level | tasks x n | " + " | ".join(keys) + " |", "|" + " --- |" * (len(keys) + 2)]
     for r in rows:
         cells = [f"{r[k]:.2f}" if k != "seconds" else f"{r[k]:.0f}" for k in keys]

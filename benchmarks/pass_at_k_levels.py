@@ -15,6 +15,7 @@ task-blind (``rollout/task_blind``'s rule) and the seconds it took. A curriculum
 should start at the hardest level whose mixed share is well above 0.
 
     python benchmarks/pass_at_k_levels.py countdown_smol --tasks 4 --n 4   # small reading
+    python benchmarks/pass_at_k_levels.py sokoban_smol --levels 0 --tasks 4 --n 2
     python benchmarks/pass_at_k_levels.py sokoban_smol --tasks 32 --n 8 --record
         # a quiet machine: appends a section to benchmarks/results/real/pass_at_k_levels.md
 
@@ -70,14 +71,16 @@ def group_stats(successes: list[list[bool]], ks: list[int]) -> dict[str, float]:
     return out
 
 
-def measure(cfg: Config, tasks: int, n: int) -> list[dict[str, Any]]:
-    """One row per level: pass@k, the mixed share and the seconds (module docstring)."""
+def measure(cfg: Config, tasks: int, n: int, only: list[int] | None = None) -> list[dict[str, Any]]:
+    """One row per level (those of ``only``, indices into ``levels``, where given): pass@k,
+    the mixed share, the task-blind share and the seconds (module docstring)."""
     ks = [k for k in (1, 2, 4, 8, 16, 32) if k <= n]
     seeds = [cfg.eval.seed_offset + i for i in range(tasks)]
     rows = []
     with open_checkpoint(cfg, None) as (policy, _, prompt):
         settings = sampling_settings(cfg, policy)
-        for label, options in levels(cfg):
+        chosen = [x for k, x in enumerate(levels(cfg)) if only is None or k in only]
+        for label, options in chosen:
             envs = make_env_pool(EnvFactory.of(cfg.env.name, **options), 0)
             generator = torch.Generator().manual_seed(cfg.seed)
             ctx = RolloutContext(policy, envs, prompt, settings, generator, 0)
@@ -113,11 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=4, help="held-out instances per level")
     parser.add_argument("--n", type=int, default=4, help="samples per instance")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument(
+        "--levels", default=None, help="comma-separated level indices to measure (default: all)"
+    )
     parser.add_argument("--record", action="store_true", help=f"append a section to {RECORD}")
     args = parser.parse_args(argv)
     cfg = load_config(args.preset, args.overrides)
     torch.set_num_threads(cfg.train.threads or 1)
-    rows = measure(cfg, args.tasks, args.n)
+    only = None if args.levels is None else [int(k) for k in args.levels.split(",")]
+    rows = measure(cfg, args.tasks, args.n, only)
     text = table(rows)
     print(text)
     if args.record:

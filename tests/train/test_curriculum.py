@@ -130,3 +130,26 @@ def test_task_blind_share_counts_the_episodes_the_env_judged():
     assert task_blind_share([silent]) is None
     assert episode_stats([*judged, silent], "rollout")["rollout/task_blind"] == 0.5
     assert "rollout/task_blind" not in episode_stats([silent], "rollout")
+
+
+@pytest.mark.parametrize("preset", ["countdown_smol", "sokoban_smol", "search_qa_smol"])
+def test_real_presets_climb_to_a_fixed_held_out_difficulty(preset):
+    """Each real-model preset trains on a curriculum whose last level is its held-out
+    env.options, and evaluates at least 64 held-out instances (one is < 2 points)."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from cairn.train.curriculum import check_curriculum
+    from cairn.train.presets import preset_text
+
+    raw = yaml.safe_load(preset_text(preset))
+    assert raw["eval"]["episodes"] >= 64
+    assert raw["curriculum"]["name"] == "success_rate"
+    levels = raw["curriculum"]["options"]["levels"]
+    assert len(levels) >= 2 and levels[-1] == {}  # the top level is the held-out difficulty
+    cfg = SimpleNamespace(
+        env=SimpleNamespace(name=raw["env"]["name"], options=raw["env"]["options"]),
+        curriculum=SimpleNamespace(**raw["curriculum"]),
+    )
+    check_curriculum(cfg)  # every level's env options are valid

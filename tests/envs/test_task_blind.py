@@ -135,10 +135,9 @@ def test_countdown_no_fixed_blind_expression_reaches_a_quarter_solved():
     blind = {
         "largest": lambda env, s, ep: str(max(env.numbers)),
         "first two": lambda env, s, ep: f"{env.numbers[0]} + {env.numbers[1]}",
-        "sum minus smallest twice": lambda env, s, ep: " + ".join(
-            map(str, sorted(env.numbers)[1:])
-        )
-        + f" - {min(env.numbers)}",
+        "sum minus smallest twice": lambda env, s, ep: (
+            " + ".join(map(str, sorted(env.numbers)[1:])) + f" - {min(env.numbers)}"
+        ),
         "example copied": lambda env, s, ep: "(1 + 2) * 3",
     }
     for name, policy in blind.items():
@@ -153,7 +152,7 @@ def test_countdown_closeness_reward_worked_example():
     answer = " + ".join(map(str, numbers))
     value = evaluate_expression(answer, numbers)
     assert value is not None and value != target
-    _, reward, *_ , info = env.step(answer)
+    _, reward, *_, info = env.step(answer)
     expected = 0.05 + 0.3 * max(0.0, 1 - abs(float(value) - target) / target)
     assert reward == pytest.approx(expected) and info["task_blind"] is True
     with pytest.raises(ValueError, match="below 1"):

@@ -154,3 +154,12 @@ def test_each_episode_shows_the_example_its_env_drew():
     view = episode_prompt(tips, info["demonstration"], env, settings)
     assert isinstance(view, TipPromptBuilder) and view.shown is tips.shown
     assert view.base.example == drawn.example
+
+
+def test_a_branch_keeps_the_drawn_example_but_not_the_parents_judgement():
+    from cairn.rollout.branching import clone_prefix
+
+    parent = Episode(id=0, group=0, task=3, meta={"demonstration": [("o", "up")]})
+    parent.meta["task_blind"] = True  # the parent ended task-blind
+    child = clone_prefix(parent, 0)
+    assert child.meta["demonstration"] == [("o", "up")] and "task_blind" not in child.meta

@@ -232,6 +232,13 @@ class TipPromptBuilder:
     def __getattr__(self, name: str) -> Any:  # history, chat_template, ...
         return getattr(self.base, name)
 
+    def with_example(self, example: tuple[tuple[str, str], ...]) -> TipPromptBuilder:
+        """This builder over a base showing ``example`` (a per-episode demonstration); the
+        memory and the records of prompts shown are shared with this one."""
+        view = TipPromptBuilder(self.base.with_example(example), self.memory)
+        view.shown, view.shown_ids = self.shown, self.shown_ids
+        return view
+
     def _block(self, extra: str, tips: Sequence[str]) -> str:
         return "\n".join(x for x in (extra, tagged("tip", tips)) if x)
 

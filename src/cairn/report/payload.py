@@ -30,6 +30,8 @@ PANELS: list[tuple[str, list[str]]] = [
     ("success", ["rollout/success", "eval/success"]),
     ("return", ["rollout/return", "eval/return"]),
     ("invalid rate", ["rollout/invalid_rate", "eval/invalid_rate"]),
+    ("task-blind share", ["rollout/task_blind", "eval/task_blind"]),
+    ("curriculum level", ["curriculum/level", "curriculum/success"]),
     ("entropy", ["actor/entropy"]),
     ("KL and clip fraction", ["actor/kl", "actor/approx_kl", "actor/clipfrac"]),
     ("advantage", ["adv/mean", "adv/std", "adv/abs_max"]),

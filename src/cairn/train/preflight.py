@@ -12,6 +12,8 @@ the rest, before any work (the CLI, ``load_config`` and ``Trainer`` call it):
     log         the loggers are registered
     exploration the tip writer, embedder, demo source and variant generator are registered
                 and, where enabled, take their options
+    curriculum  the curriculum is registered, takes these options, and every level's env
+                options build the env
     tiny keys   keys of the tiny default model given with a pretrained one (warning), the
                 tiny model's warm-up rate with a pretrained one (error)
     warm-up     the tiny model's word-level tokenizer cannot write tool-call demonstrations
@@ -92,6 +94,7 @@ def _cheap_checks(cfg: Config) -> Iterator[_Check]:
         yield f"rewards.{i}", {}, lambda spec=spec: _reward(spec.name, spec.options)
     yield "log.loggers", cfg.log.loggers, lambda: _loggers(cfg.log.loggers)
     yield from _exploration_checks(cfg)
+    yield "curriculum", {}, lambda: _curriculum(cfg)
 
 
 def _costly_checks(cfg: Config) -> Iterator[_Check]:
@@ -110,6 +113,12 @@ def _reward(name: str, options: dict[str, Any]) -> None:
     from cairn.rewards import validate_reward_options
 
     validate_reward_options(name, options)
+
+
+def _curriculum(cfg: Config) -> None:
+    from cairn.train.curriculum import check_curriculum
+
+    check_curriculum(cfg)
 
 
 def _loggers(names: list[str]) -> None:

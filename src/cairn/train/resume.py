@@ -1,9 +1,9 @@
 """What a checkpoint keeps of a trainer besides the weights, and putting it back: counters,
-evaluations, the warm-up's stats, optimizer states (the actor's and each learner's,
-``<name>_optimizer``), every random stream, the KL reference, the state of exploration
-and rewards, and the metrics rows logged since the previous checkpoint (``metrics``: a
-resume rebuilds from them a row that metrics.jsonl lost). Restoring it makes a resumed run
-repeat the uninterrupted one exactly.
+evaluations, the warm-up's stats, the curriculum's level and window, optimizer states (the
+actor's and each learner's, ``<name>_optimizer``), every random stream, the KL reference,
+the state of exploration and rewards, and the metrics rows logged since the previous
+checkpoint (``metrics``: a resume rebuilds from them a row that metrics.jsonl lost).
+Restoring it makes a resumed run repeat the uninterrupted one exactly.
 
 The state was checked against its schema when it was read (``cairn.train.state_schema``);
 ``restore_trainer`` also checks what only the live trainer knows (each optimizer's groups
@@ -36,6 +36,7 @@ def trainer_state(trainer: Trainer) -> dict[str, Any]:
         "exploration": trainer.exploration.state_dict(),
         "rewards": [_reward_state(r) for r in trainer.rewards],
         "metrics": list(trainer.log.unsaved_rows),
+        **({"curriculum": trainer.curriculum.state_dict()} if trainer.curriculum else {}),
     }
 
 
@@ -54,6 +55,12 @@ def restore_trainer(trainer: Trainer, state: dict[str, Any]) -> None:
             put(f"{x.name}_optimizer", x.opt.load_state_dict, state[f"{x.name}_optimizer"])
     if "exploration" in state:
         put("exploration", trainer.exploration.load_state_dict, state["exploration"])
+    if trainer.curriculum is not None and state.get("curriculum") is not None:
+        saved = state["curriculum"]
+        level = trainer.curriculum.level
+        put("curriculum", trainer.curriculum.load_state_dict, saved)
+        new, trainer.curriculum.level = trainer.curriculum.level, level
+        trainer.set_curriculum_level(new)  # the saved level's training envs
     saved_rewards = state.get("rewards", [])
     for i, (reward, saved) in enumerate(zip(trainer.rewards, saved_rewards, strict=False)):
         if saved is not None:

@@ -40,6 +40,8 @@ _SHOWN = [
     ("rollout/success", "succ", ".2f"),
     ("rollout/return", "ret", "+.2f"),
     ("rollout/invalid_rate", "inv", ".2f"),
+    ("rollout/task_blind", "blind", ".2f"),
+    ("curriculum/level", "lvl", ".0f"),
     ("actor/entropy", "ent", ".2f"),
     ("actor/kl", "kl", ".3f"),
     ("actor/clipfrac", "clip", ".2f"),

@@ -43,6 +43,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "CriticConfig",
+    "CurriculumConfig",
     "EnvConfig",
     "EvalConfig",
     "LogConfig",
@@ -201,6 +202,11 @@ class AgentConfig(_Section):
         description="Reward added to each step whose action parsed and the env "
         "accepted (format bonus; a well-formed action the env rejects earns none).",
     )
+    no_progress_penalty: float = Field(
+        0.0, ge=0, description="Subtracted from a valid action the env says made no progress "
+        "(info no_progress: a move into a wall, an answer without a search); such an action "
+        "never earns format_reward."
+    )  # fmt: skip
     describe_format: bool | None = Field(
         None, description="Append the answer format of action_format, with an example, to "
         "the instruction; null: on for a pretrained model (model.path), off for the tiny one."
@@ -457,6 +463,17 @@ class CheckpointConfig(_Section):
     keep: int = Field(2, gt=0, description="Checkpoints kept on disk (the newest).")
 
 
+class CurriculumConfig(_Section):
+    name: str | None = Field(
+        None, description="Automatic curriculum (cairn.train.curriculum: success_rate); "
+        "null: off, training uses env.options throughout."
+    )  # fmt: skip
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Its options: levels (env option overrides, "
+        "easiest first), start, raise_at, lower_at, window. Evaluation keeps env.options."
+    )  # fmt: skip
+
+
 class Config(_Section):
     name: str = Field(
         "sokoban_gigpo", description="Run name prefix: one folder name (no '/', '\\' or "
@@ -488,6 +505,7 @@ class Config(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     exploration: ExplorationConfig = Field(default_factory=ExplorationConfig)
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
 
     @field_validator("imports")
     @classmethod

@@ -62,6 +62,7 @@ def sampling_settings(cfg: Any, policy: Any = None) -> RolloutSettings:
         max_turns=r.max_turns, invalid_penalty=cfg.agent.invalid_penalty,
         action_pattern=cfg.agent.action_pattern, action_format=cfg.agent.action_format,
         format_reward=cfg.agent.format_reward, context_budget=budget,
+        no_progress_penalty=cfg.agent.no_progress_penalty,
         instruction=cfg.agent.instruction, describe_format=describe_format(cfg),
         response_prefix=cfg.agent.response_prefix,
     )  # fmt: skip

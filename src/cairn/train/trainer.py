@@ -10,8 +10,10 @@
                ``cairn.advantages.compute``: the estimator, then the whitening
     update     the token batch (+ KL reference log-probs) -> PPO epochs over shuffled
                minibatches, for the actor and every other learner; weights to the sampler
-    log        counters, trajectories, the metrics row; then (``run``) greedy eval,
-               metrics.jsonl and the live line, checkpoint
+    log        counters, trajectories, the metrics row; the curriculum (if any) sees the
+               iteration's successes and may change the training envs' difficulty
+               (``cairn.train.curriculum``); then (``run``) greedy eval at the fixed
+               ``env.options``, metrics.jsonl and the live line, checkpoint
 
 Nothing here knows a specific estimator, env, strategy or method: they come by name from
 the config, and what a method needs arrives as data (step columns, per-token flags the
@@ -56,6 +58,7 @@ from cairn.rollout.dynamic import SamplingRounds
 from cairn.train import budget
 from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from cairn.train.config import Config
+from cairn.train.curriculum import make_curriculum
 from cairn.train.distributed import Dist
 from cairn.train.divergence import DivergenceWatch, finite_outputs
 from cairn.train.learners import Actor, build_learners, train_learners
@@ -104,10 +107,14 @@ class Trainer:
         env_factory = EnvFactory.of(cfg.env.name, **cfg.env.options)  # workers: registration too
         r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool
         workers = (r.workers, r.worker_backend, r.env_timeout_s, r.max_env_error_rate)
-        self.train_envs = make_env_pool(env_factory, *workers)
+        self._workers = workers
+        # A curriculum trains at its level's env options; evaluation keeps env.options.
+        self.curriculum = make_curriculum(cfg.curriculum.name, cfg.curriculum.options)
+        self.train_envs = make_env_pool(self._train_factory(), *workers)
         self.eval_envs = make_env_pool(env_factory, *workers)
+        probe = (self.train_envs if self.curriculum is None else self.eval_envs).take(1)[0]
         self.policy, self.engine, self.prompt = build_policy_engine(
-            cfg, self.train_envs.take(1)[0], self.dir, self.dist, ckpt
+            cfg, probe, self.dir, self.dist, ckpt
         )
         loss_cfg = LossConfig(**cfg.model_dump()["loss"])
         # The KL reference: LoRA's base with adapters off (no copy), else a frozen copy.
@@ -142,6 +149,37 @@ class Trainer:
         )
         if ckpt is not None:
             self._restore(ckpt)
+
+    def _train_factory(self) -> EnvFactory:
+        """The training envs' factory: ``env.options``, or the curriculum level's over them."""
+        env = self.cfg.env
+        if self.curriculum is None:
+            return EnvFactory.of(env.name, **env.options)
+        return EnvFactory.of(env.name, **self.curriculum.env_options(env.options))
+
+    def set_curriculum_level(self, level: int) -> None:
+        """Train at curriculum ``level`` from now on: new training envs at its options."""
+        if self.curriculum is None:
+            raise ValueError("set_curriculum_level: this run has no curriculum")
+        changed = level != self.curriculum.level
+        self.curriculum.level = level
+        if changed:
+            self.train_envs.close()
+            self.train_envs = make_env_pool(self._train_factory(), *self._workers)
+
+    def _climb(self, played: Sequence[Episode]) -> dict[str, float]:
+        """The curriculum's metrics for this iteration's level, then its step: the
+        successes of ``played`` enter its window and may change the level (rank 0's level
+        on every rank)."""
+        if self.curriculum is None:
+            return {}
+        metrics, trained = self.curriculum.metrics(), self.curriculum.level
+        self.curriculum.observe([e.success for e in played])
+        metrics["curriculum/success"] = self.curriculum.last_rate
+        new = self.dist.broadcast_object(self.curriculum.level)
+        self.curriculum.level = trained
+        self.set_curriculum_level(new)  # new training envs where the level changed
+        return metrics
 
     # -- the counters (``self.state``'s), read and written by name ----------------------------
     @property
@@ -226,6 +264,7 @@ class Trainer:
         if cfg.log.trajectories_every and self.iteration % cfg.log.trajectories_every == 0:
             self._dump(episodes, adv, parts)
         played = [e for e in episodes if Source(e.source).from_policy] or episodes
+        climbed = self._climb(played)
         return self.dist.mean_metrics({
             "iteration": self.iteration,
             "episodes": self.episodes,
@@ -241,6 +280,7 @@ class Trainer:
             **actor,
             "actor/lr": lr,
             **self.exploration.metrics(),
+            **climbed,
             "time/rollout": t1 - t0,
             "time/advantage": t2 - t1,
             "time/update": t3 - t2,

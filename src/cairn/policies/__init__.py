@@ -34,6 +34,7 @@ __all__ = [
     "Generation",
     "GenerationOptions",
     "HFPolicy",
+    "autocast_on",
     "build_policy",
     "context_budget",
     "generation_options",

@@ -297,7 +297,7 @@ class HFPolicy:
             run.logprobs[i].append(float(lps[j]))
             run.entropies[i].append(float(ents[j]))
             if allowed[j] is not None:
-                run.allowed[i].append(allowed[j])  # type: ignore[arg-type]
+                run.allowed[i].append(allowed[j])
             run.finish[i] = self._finished(rule, i, tok, run.ids[i], stop)
 
     def _finished(
@@ -375,7 +375,7 @@ class HFPolicy:
         at = hidden.shape[1] - mask.shape[1] + cols
         h = hidden[batch.context.to(self.device)[rows], at]  # (N, H)
         if self.options.autocast:  # the head in float32, as sampling runs it
-            h = h.to(head.weight.dtype)
+            h = h.to(_dtype_of(head, h.dtype))
         allowed = None if batch.allowed is None else batch.allowed.to(self.device)[rows, cols]
         lp, ent = logprobs_from_hidden(
             h, head, batch.actions.to(self.device)[rows, cols], allowed,
@@ -423,12 +423,16 @@ class HFPolicy:
         return logp, ent
 
 
+def _dtype_of(head: torch.nn.Module, default: torch.dtype) -> torch.dtype:
+    """The dtype of ``head``'s weight (``default`` without one)."""
+    weight = getattr(head, "weight", None)
+    return weight.dtype if isinstance(weight, torch.Tensor) else default
+
+
 def _float_head(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """``head(hidden)`` outside autocast, in the head's own dtype, as float logits."""
-    weight = getattr(head, "weight", None)
-    dtype = weight.dtype if isinstance(weight, torch.Tensor) else hidden.dtype
     with torch.autocast(hidden.device.type, enabled=False):
-        return head(hidden.to(dtype)).float()
+        return head(hidden.to(_dtype_of(head, hidden.dtype))).float()
 
 
 @dataclass

@@ -129,6 +129,11 @@ class ModelConfig(_Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype."
     )
+    autocast: Literal["auto", "bf16", "off"] = Field(
+        "auto", description="bfloat16 autocast of the forward passes (weights, adapters and "
+        "optimizer state stay float32); auto: on for a model.path model with float32 weights "
+        "on a CPU with AMX or AVX512-BF16, off for the tiny default and elsewhere."
+    )  # fmt: skip
     device: str = Field("cpu", description="torch device for the policy.")
     attn_implementation: str | None = Field(
         None, description="eager / sdpa / flash_attention_2; null: eager for the tiny default."

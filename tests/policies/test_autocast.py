@@ -105,3 +105,16 @@ def test_the_tiny_default_is_built_without_autocast(compact_env):
         ModelConfig(autocast="bf16"), compact_env, compact_env.instruction, seed=0
     )
     assert forced.options.autocast is True
+
+
+def test_the_default_leaves_config_dumps_and_hashes_as_before(tmp_path):
+    # Runs made before the key existed resume: their config.yaml replays to the same hash.
+    from cairn.train.config import load_config
+
+    default = load_config(None, check=False)
+    assert default.model.autocast == "auto" and "autocast" not in default.model_dump()["model"]
+    off = load_config(None, ["model.autocast=off"], check=False)  # YAML's bare off is false
+    assert off.model.autocast == "off" and off.model_dump()["model"]["autocast"] == "off"
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  autocast: off\n")
+    assert load_config(str(path), check=False).model.autocast == "off"

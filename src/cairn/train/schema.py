@@ -173,6 +173,21 @@ class ModelConfig(_Section):
         "model config's max_position_embeddings. Old turns are dropped to fit."
     )  # fmt: skip
 
+    @field_validator("autocast", mode="before")
+    @classmethod
+    def _autocast_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML reads a bare ``off`` as false
+
+    @model_serializer(mode="wrap")
+    def _without_default_autocast(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``autocast`` is left out while ``auto``: a config that does not set it dumps (and
+        hashes, ``cairn.train.runconfig.config_sha256``) as before the key existed, so runs
+        made then resume."""
+        data: dict[str, Any] = handler(self)
+        if self.autocast == "auto":
+            data.pop("autocast", None)
+        return data
+
 
 #: Keys of ``model`` that only the tiny default reads (its architecture, local tokenizer and
 #: vocabulary): ignored with ``model.path`` (``cairn config`` leaves them out there).

@@ -87,3 +87,60 @@ def test_docstrings_speak_of_the_project_not_of_issue_numbers(path):
     ]
     cited = [d for d in docs if re.search(r"\bissues? \d+", d, re.IGNORECASE)]
     assert cited == [], f"{path}: {cited[0][:80]!r}"
+
+
+def _sibling_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from M import N`` in ``path`` whose M is a script of the
+    same folder or of benchmarks/ (scripts import each other through ``sys.path``)."""
+    names = {Path(s).stem for s in scripts()}
+    return [
+        (node.module, alias.name)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module in names
+        for alias in node.names
+    ]
+
+
+@pytest.mark.parametrize("path", sorted(p for p in scripts() if p.endswith(".py")))
+def test_what_a_script_imports_from_another_is_beside_it_and_defined_there(path):
+    """`python benchmarks/<study>/<script>.py` puts its own folder on sys.path: a sibling it
+    imports must be in that folder and define the name (a split script once left
+    gpu_check_verl.py importing OVERRIDES from gpu_check.py, which no longer had it)."""
+    for module, name in _sibling_imports(BENCH / path):
+        sibling = (BENCH / path).parent / f"{module}.py"
+        assert sibling.is_file(), f"{path} imports {module}, which is not beside it"
+        tree = ast.parse(sibling.read_text())
+        defined = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                   if isinstance(t, ast.Name)}  # fmt: skip
+        defined |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        assert name in defined, f"{path} imports {name} from {module}, which does not define it"
+
+
+def test_every_benchmark_path_the_docs_and_code_name_exists():
+    """README, docs/, src/ and the scripts' own docstrings name scripts by their path: after
+    a move each must follow (the records' history and the CHANGELOG may name old ones)."""
+    texts = [ROOT / "README.md", INDEX, *(ROOT / "docs").rglob("*.md")]
+    texts += [*(ROOT / "src" / "cairn").rglob("*.py"), *(BENCH / s for s in scripts())]
+    named = {
+        (p.relative_to(ROOT).as_posix(), m)
+        for p in texts
+        for m in re.findall(r"benchmarks/[\w/]+\.(?:py|sh)\b", p.read_text())
+    }
+    assert len(named) > 20
+    assert {(where, m) for where, m in named if not (ROOT / m).is_file()} == set()
+
+
+CLIMB = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?((?:\.parent(?!s))+|\.parents\[(\d)\])(.*)")
+
+
+@pytest.mark.parametrize("path", sorted(p for p in scripts() if p.endswith(".py")))
+def test_a_script_finds_the_repository_from_its_own_folder(path):
+    """A script one folder down reaches the repository as ``parents[2]`` and benchmarks/ as
+    ``parents[1]`` (a script moved without this writes its record into the wrong folder)."""
+    depth = len(Path(path).parts)  # 1: benchmarks/x.py, 2: benchmarks/<study>/x.py
+    for m in CLIMB.finditer((BENCH / path).read_text()):
+        up = int(m[2]) + 1 if m[2] else m[1].count(".parent")  # folders climbed
+        if m[3].startswith(' / "results"'):  # benchmarks/results
+            assert up == depth, f"{path}: {m[0]}"
+        else:  # the repository root, or its own folder (sys.path)
+            assert up in (depth + 1, 1), f"{path}: {m[0]}"

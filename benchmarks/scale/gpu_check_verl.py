@@ -52,9 +52,10 @@ SMALL_RUN = [  # a short run that fits one GPU next to vLLM
 
 
 def build_model(out: Path) -> None:
-    """The ~0.5B model of benchmarks/scale/gpu_check.py, saved with its tokenizer (+ template)."""
+    """The ~0.5B model of benchmarks/scale/gpu_check_vllm.py, saved with its tokenizer and
+    template."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "scale"))
-    from gpu_check import OVERRIDES
+    from gpu_check_vllm import OVERRIDES
 
     from cairn.envs import make
     from cairn.policies import build_policy

@@ -149,6 +149,11 @@ class ModelConfig(_Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype."
     )
+    autocast: Literal["auto", "bf16", "off"] = Field(
+        "auto", description="bfloat16 autocast of the forward passes (weights, adapters and "
+        "optimizer state stay float32); auto: on for a model.path model with float32 weights "
+        "on a CPU with AMX or AVX512-BF16, off for the tiny default and elsewhere."
+    )  # fmt: skip
     device: str = Field("cpu", description="torch device for the policy.")
     attn_implementation: str | None = Field(
         None, description="eager / sdpa / flash_attention_2; null: eager for the tiny default."
@@ -168,6 +173,21 @@ class ModelConfig(_Section):
         None, gt=0, description="Context length in tokens (prompt + new tokens); null: the "
         "model config's max_position_embeddings. Old turns are dropped to fit."
     )  # fmt: skip
+
+    @field_validator("autocast", mode="before")
+    @classmethod
+    def _autocast_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML reads a bare ``off`` as false
+
+    @model_serializer(mode="wrap")
+    def _without_default_autocast(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``autocast`` is left out while ``auto``: a config that does not set it dumps (and
+        hashes, ``cairn.train.runconfig.config_sha256``) as before the key existed, so runs
+        made then resume."""
+        data: dict[str, Any] = handler(self)
+        if self.autocast == "auto":
+            data.pop("autocast", None)
+        return data
 
 
 #: Keys of ``model`` that only the tiny default reads (its architecture, local tokenizer and

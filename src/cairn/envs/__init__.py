@@ -19,12 +19,16 @@ __all__ = [
     "TextEnv",
     "available",
     "env_class",
+    "env_traits",
     "make",
     "register",
     "validate_options",
 ]
 
-#: name -> (import path "module:Class", pip extra that provides its dependencies or None)
+#: name -> (import path "module:Class", pip extra that provides its dependencies or None,
+#: traits): ``slow`` envs start a process or generate games (tens of seconds), so the
+#: contract and fuzz tests that iterate this registry mark them slow.
+SLOW = {"slow": True}
 ENVS = ImportRegistry(
     "env",
     {
@@ -33,14 +37,15 @@ ENVS = ImportRegistry(
         "countdown": "cairn.envs.countdown:Countdown",
         "integration": "cairn.envs.integration:Integration",
         "search_qa": ("cairn.envs.search_qa:SearchQA", "search"),
-        "scienceworld": ("cairn.envs.scienceworld:ScienceWorld", "scienceworld"),
-        "textworld": ("cairn.envs.textworld:TextWorld", "textworld"),
-        "twx": ("cairn.envs.twx:TextWorldExpress", "twx"),
+        "scienceworld": ("cairn.envs.scienceworld:ScienceWorld", "scienceworld", SLOW),
+        "textworld": ("cairn.envs.textworld:TextWorld", "textworld", SLOW),
+        "twx": ("cairn.envs.twx:TextWorldExpress", "twx", SLOW),
     },
 )
-register = ENVS.register  # register(name, "package.module:Class", extra=None)
+register = ENVS.register  # register(name, "pkg.module:Class" or the class, extra=None, **traits)
 available = ENVS.available  # names accepted by make
 env_class = ENVS.get
+env_traits = ENVS.traits  # {"slow": True} for the envs that take tens of seconds to test
 validate_options = ENVS.validate  # ValueError naming options the constructor does not take
 
 

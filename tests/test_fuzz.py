@@ -14,11 +14,15 @@ import string
 import pytest
 
 from cairn.cli import main
-from cairn.envs import make
+from cairn.envs import available, env_class, env_traits, make
 from cairn.train.config import describe
 
-#: Envs quick enough for the default suite (the benchmark fuzzes every built-in env).
-FAST_ENVS = ["countdown", "frozenlake", "integration", "search_qa", "sokoban"]
+#: Every registered env, from the registry; the ones registered ``slow=True`` (a process to
+#: start, games to generate) are slow tests (the benchmark fuzzes every built-in env too).
+REGISTERED = [
+    pytest.param(n, marks=[pytest.mark.slow] if env_traits(n).get("slow") else [])
+    for n in available()
+]
 
 
 def garbage(rng: random.Random) -> str:
@@ -36,8 +40,12 @@ def garbage(rng: random.Random) -> str:
     return "".join(rng.choices(['{"a": ', "[1,", "null", "{]", '"\\u0000"'], k=3))
 
 
-@pytest.mark.parametrize("name", FAST_ENVS)
+@pytest.mark.parametrize("name", REGISTERED)
 def test_fuzzed_actions_answer_invalid_and_never_raise(name):
+    try:
+        env_class(name)
+    except ImportError as err:
+        pytest.skip(f"{name}: optional extra not installed ({err})")
     rng, env = random.Random(name), make(name)
     done, seen = True, 0
     for i in range(150):

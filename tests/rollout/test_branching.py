@@ -40,6 +40,7 @@ OPTIONS = {
     "integration": {"max_steps": 4},
     "search_qa": {"max_steps": 6},
     "scienceworld": {"max_steps": 12},
+    "textworld": {"num_games": 2, "max_steps": 12},  # two generated games, not forty
 }
 REGISTERED = [
     pytest.param(n, marks=[pytest.mark.slow] if env_traits(n).get("slow") else [])

@@ -35,6 +35,7 @@ ENVS = ImportRegistry(
         "sokoban": "cairn.envs.sokoban:Sokoban",
         "frozenlake": ("cairn.envs.frozenlake:FrozenLake", "gymnasium"),
         "countdown": "cairn.envs.countdown:Countdown",
+        "dataset": "cairn.envs.dataset:DatasetEnv",
         "integration": "cairn.envs.integration:Integration",
         "search_qa": ("cairn.envs.search_qa:SearchQA", "search"),
         "scienceworld": ("cairn.envs.scienceworld:ScienceWorld", "scienceworld", SLOW),

@@ -36,18 +36,18 @@ checkpointed here, under ``sampler`` as before it was a rollout strategy.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from cairn.agent import PromptBuilder
-from cairn.data.episode import Episode
-from cairn.envs import TextEnv
-from cairn.exploration.hooks import DemosHook, ExplorationHook, MemoryHook, VariantsHook
-from cairn.exploration.hooks import _instructions as _instructions  # where tests look for it
-from cairn.rollout import RolloutContext, Strategy, make_strategy
+if TYPE_CHECKING:  # imported where used: cairn.exploration.config is read by config loading,
+    # which must not import torch (the hooks and rollout strategies do)
+    from cairn.agent import PromptBuilder
+    from cairn.data.episode import Episode
+    from cairn.envs import TextEnv
+    from cairn.exploration.hooks import ExplorationHook
+    from cairn.rollout import RolloutContext, Strategy
 
 __all__ = ["HOOK_ORDER", "Exploration"]
 
@@ -70,6 +70,10 @@ class Exploration:
         seed: int,
         generator: Any = None,
     ):
+        import numpy as np
+
+        from cairn.exploration.hooks import DemosHook, MemoryHook, VariantsHook
+
         self.cfg, self.policy, self.prompt = cfg, policy, prompt
         self.env_factory = env_factory
         self.rng = np.random.default_rng([seed, 11])  # drawn by the hooks, in build order
@@ -104,6 +108,8 @@ class Exploration:
     def wrap(self, inner: Strategy) -> Strategy:
         """The rollout strategy with exploration around it (``inner`` when no hook is on);
         an old ``exploration.strategy`` / ``self_search`` section replaces ``inner`` first."""
+        from cairn.rollout import make_strategy
+
         alias = self.cfg.alias_strategy()
         if alias is not None:
             inner = make_strategy(alias[0], **alias[1])
@@ -166,3 +172,13 @@ class _Wrapped:
 
     def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         return self.exploration.collect(self.inner, ctx, seeds, group_size)
+
+
+#: Names re-exported from ``cairn.exploration.hooks``, imported on first use.
+_HOOK_NAMES = ("DemosHook", "ExplorationHook", "MemoryHook", "VariantsHook", "_instructions")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOOK_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module("cairn.exploration.hooks"), name)

@@ -5,11 +5,9 @@ Every function here raises ``ValueError`` naming the argument, what it got and w
 
 from __future__ import annotations
 
-import math
-import numbers
-
-import numpy as np
 import torch
+
+from cairn.losses._names import check_finite_number
 
 __all__ = [
     "check_finite_number",
@@ -59,15 +57,6 @@ def per_token(x: torch.Tensor, like: torch.Tensor, name: str) -> torch.Tensor:
         f"{name} has shape {tuple(x.shape)}; expected (B,) = ({like.shape[0]},) "
         f"or (B, T) = {tuple(like.shape)}"
     )
-
-
-def check_finite_number(value: object, name: str) -> float:
-    """A real, finite number (python or numpy); bools and strings are refused."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
 
 
 def describe(x: object) -> str:

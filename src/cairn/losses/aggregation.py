@@ -21,15 +21,9 @@ from __future__ import annotations
 import torch
 
 from cairn.losses._checks import check_finite_number, token_mask
+from cairn.losses._names import AGG_MODES
 
 __all__ = ["AGG_MODES", "aggregate"]
-
-AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
 
 
 def aggregate(

@@ -16,9 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cairn.losses._checks import check_finite_number
-from cairn.losses.aggregation import AGG_MODES
-from cairn.losses.kl import KL_KINDS
+from cairn.losses._names import AGG_MODES, KL_KINDS, check_finite_number
 
 __all__ = ["FlagEffect", "LossConfig"]
 

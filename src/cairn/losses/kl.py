@@ -19,11 +19,11 @@ from __future__ import annotations
 import torch
 
 from cairn.losses._checks import check_pair
+from cairn.losses._names import KL_KINDS
 
 __all__ = ["KL_KINDS", "kl_penalty"]
 
 _ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
-KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3", "low_var_kl", "abs", "kl", "mse")
 
 _LOG_RATIO_CLAMP = 20.0
 _K3_CLAMP = 10.0

@@ -1,38 +1,103 @@
-"""Run configuration: validated sections with defaults and one help string per key.
+"""Run configuration: load a config (a YAML file or a preset, with ``--set`` overrides),
+validate it against the schema and run the preflight checks.
 
-The defaults are the demo: GiGPO on the demo preset's sokoban with the tiny model, the
-job `cairn train` runs with no argument (`configs/sokoban_gigpo.yaml` spells it out).
+    from cairn.train.config import load_config
+    cfg = load_config("sokoban_grpo", ["rollout.group_size=4"])   # Config, or ConfigError
+
+The parts, each importable without torch:
+
+    cairn.train.schema      the sections, their defaults, help strings and checks of types,
+                            ranges and rules between keys; error messages; ``describe``
+    cairn.train.configfile  the hardened YAML loader and ``--set`` overrides
+    cairn.train.preflight   ``check_config``: the checks that need a registry, an env, a
+                            model file or a probe, after the modules of ``imports`` load
+
 A bad key or value fails at load time with the key, the value and what is allowed.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Any
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
+from pydantic import ValidationError
+
+from cairn._errors import ConfigError
+from cairn.train.configfile import (
+    MAX_CONFIG_BYTES,
+    MAX_DEPTH,
+    MAX_STRING,
+    apply_overrides,
+    check_sizes,
+    config_mapping,
+)
+from cairn.train.preflight import check_config
+from cairn.train.schema import (
+    DEMO_ENV,
+    MAX_EPISODES,
+    MAX_GROUP_SIZE,
+    MAX_GROUPS,
+    MAX_NEW_TOKENS,
+    MAX_ROUNDS,
+    MAX_RUN_NAME,
+    MAX_TURNS,
+    MAX_WORKERS,
+    TINY_MODEL_KEYS,
+    AdvantageConfig,
+    AgentConfig,
+    CheckpointConfig,
+    Config,
+    CriticConfig,
+    EnvConfig,
+    EvalConfig,
+    LogConfig,
+    LoraSection,
+    LossSection,
+    ModelConfig,
+    OptimConfig,
+    RewardSpec,
+    RolloutConfig,
+    TrainConfig,
+    WarmupConfig,
+    describe,
+    format_validation_error,
+    run_name_problem,
+    stop_problem,
 )
 
-from cairn._regex import regex_groups as _regex_groups
-from cairn.exploration.config import ExplorationConfig
-from cairn.losses.config import LossConfig
-from cairn.train.presets import resolve_config
-
 __all__ = [
+    "DEMO_ENV",
+    "MAX_CONFIG_BYTES",
+    "MAX_DEPTH",
+    "MAX_EPISODES",
+    "MAX_GROUPS",
+    "MAX_GROUP_SIZE",
+    "MAX_NEW_TOKENS",
+    "MAX_ROUNDS",
+    "MAX_RUN_NAME",
+    "MAX_STRING",
+    "MAX_TURNS",
+    "MAX_WORKERS",
+    "TINY_MODEL_KEYS",
+    "AdvantageConfig",
+    "AgentConfig",
+    "CheckpointConfig",
     "Config",
     "ConfigError",
+    "CriticConfig",
+    "EnvConfig",
+    "EvalConfig",
+    "LogConfig",
+    "LoraSection",
+    "LossSection",
+    "ModelConfig",
+    "OptimConfig",
+    "RewardSpec",
+    "RolloutConfig",
+    "TrainConfig",
+    "WarmupConfig",
     "apply_overrides",
+    "check_config",
     "config_mapping",
     "describe",
     "load_config",
@@ -41,769 +106,27 @@ __all__ = [
     "validate_config",
 ]
 
-# -- limits, checked before any work (issue 26) -----------------------------------------------
-# Counts that size memory. A round of B x G episodes is held whole (prompt and action ids,
-# log-probs, text): about 200 KB per episode of 15 turns of 512-token prompts, so 65,536
-# episodes take ~13 GB, what a 24 GB machine holds beside a model and its optimizer.
-MAX_EPISODES = 65_536  # rollout.groups x rollout.group_size, eval.episodes, warmup.demos
-MAX_GROUPS = 4096
-MAX_GROUP_SIZE = 1024
-MAX_ROUNDS = 16  # DAPO sampling rounds (each up to B x G more episodes)
-MAX_TURNS = 10_000
-MAX_NEW_TOKENS = 32_768
-MAX_WORKERS = 1024
-# Input sizes: a config file, one --set item, any string in a config, YAML nesting depth.
-MAX_CONFIG_BYTES = 1 << 20
-MAX_STRING = 65_536
-MAX_DEPTH = 32
-MAX_RUN_NAME = 128
 
-
-class ConfigError(ValueError):
-    """A configuration problem, with the offending key, its value and what is allowed."""
-
-
-def run_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a run folder under ``out_dir`` (None when it can): one folder
-    name (no path separator, not '.' or '..', no '..'), printable (no newline or control
-    character), no '[' or ']' (rich markup would print another name), at most 128 chars."""
-    if not name or not name.strip():
-        return "a run name must not be empty"
-    if len(name) > MAX_RUN_NAME:
-        return f"a run name has at most {MAX_RUN_NAME} characters, this one {len(name)}"
-    if "/" in name or "\\" in name or ".." in name:
-        return "a run name is one folder name: no '/' or '\\' and no '..'"
-    if not name.isprintable():
-        return "a run name must be printable (no newline, tab or control character)"
-    if "[" in name or "]" in name:
-        return "a run name must not hold '[' or ']' (console markup)"
-    return None
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class EnvConfig(_Section):
-    name: str = Field("sokoban", description="Registered env name (cairn.envs.available()).")
-    options: dict[str, Any] = Field(
-        default_factory=lambda: {
-            "size": 6,
-            "num_boxes": 1,
-            "max_steps": 15,
-            "render": "compact",
-            "max_solution": 5,
-        },
-        description="Keyword options of the env constructor.",
-    )
-
-    @model_validator(mode="after")
-    def _check_env(self) -> EnvConfig:
-        from cairn.envs import ENVS
-
-        ENVS.probe(self.name, self.options)  # unknown keys, then values: built once and closed
-        return self
-
-
-class LoraSection(_Section):
-    r: int = Field(8, gt=0, description="LoRA rank.")
-    alpha: float = Field(16.0, gt=0, description="LoRA scale numerator (update * alpha / r).")
-    target_modules: str | list[str] = Field(
-        "all-linear", description="Modules to adapt: 'all-linear' or names like [q_proj, v_proj]."
-    )
-    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter input.")
-
-
-class ModelConfig(_Section):
-    path: str | None = Field(
-        None,
-        description="Local Hugging Face model directory, hub name or embedded model "
-        "(smollm2-135m-instruct, converted once into ~/.cache/cairn/models); null builds "
-        "the tiny default.",
-    )
-    arch: Literal["llama", "qwen2"] = Field("llama", description="Tiny default architecture.")
-    hidden_size: int = Field(64, gt=0, description="Tiny default: hidden width.")
-    layers: int = Field(2, gt=0, description="Tiny default: decoder layers.")
-    heads: int = Field(4, gt=0, description="Tiny default: attention heads.")
-    intermediate_size: int = Field(128, gt=0, description="Tiny default: MLP width.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Parameter dtype."
-    )
-    device: str = Field("cpu", description="torch device for the policy.")
-    attn_implementation: str | None = Field(
-        None, description="eager / sdpa / flash_attention_2; null: eager for the tiny default."
-    )
-    lora: LoraSection | None = Field(
-        None, description="Train LoRA adapters (peft) instead of all weights; null: full."
-    )
-    gradient_checkpointing: bool = Field(
-        False, description="Recompute activations in the backward pass (less memory)."
-    )
-    tokenizer: Literal["auto", "word", "bpe", "chat"] = Field(
-        "auto", description="Tiny default's local tokenizer: word-level, byte-level BPE, or "
-        "BPE with ChatML chat template (chat); auto: word-level where the env has a vocabulary."
-    )  # fmt: skip
-    vocab_size: int = Field(512, ge=64, description="Tiny default: BPE / chat vocabulary size.")
-    max_context: int | None = Field(
-        None, gt=0, description="Context length in tokens (prompt + new tokens); null: the "
-        "model config's max_position_embeddings. Old turns are dropped to fit."
-    )  # fmt: skip
-
-    @field_validator("path")
-    @classmethod
-    def _model_dir(cls, v: str | None) -> str | None:
-        from cairn.policies.smol import ALIASES, gguf_path
-
-        if v in ALIASES:  # an embedded model: its package must be installed
-            try:
-                gguf_path(v)
-            except ImportError as err:
-                raise ValueError(str(err)) from None
-            return v
-        try:
-            return _check_model_path(v)
-        except ValueError as err:  # name the aliases too: a mistyped one lands here
-            raise ValueError(f"{err}; embedded models: {', '.join(ALIASES)}") from None
-
-
-class AgentConfig(_Section):
-    instruction: str | None = Field(
-        None, description="Task instruction at the top of the prompt; null uses the env's."
-    )
-    history: int = Field(0, ge=0, description="Earlier turns (observation, action) shown.")
-    invalid_penalty: float = Field(
-        0.1, ge=0, description="Subtracted from the reward of an invalid action."
-    )
-    action_pattern: str | None = Field(
-        None, description="Regex with one group extracting the action from the completion."
-    )
-    prompt_style: Literal["flat", "chat"] = Field(
-        "flat", description="flat: one text prompt; chat: multi-turn chat template, "
-        "token-in/token-out (needs a chat template: model.tokenizer chat or the model's own)."
-    )  # fmt: skip
-    action_format: Literal["line", "tagged", "tool_call"] = Field(
-        "line", description="line: <action> tag or first line; tagged: <action> tag only; "
-        "tool_call: <tool_call> JSON. No parsable action: invalid, rollout/format_errors."
-    )  # fmt: skip
-    format_reward: float = Field(
-        0.0,
-        ge=0,
-        description="Reward added to each step whose action parsed and the env "
-        "accepted (format bonus; a well-formed action the env rejects earns none).",
-    )
-    describe_format: bool | None = Field(
-        None, description="Append the answer format of action_format, with an example, to "
-        "the instruction; null: on for a pretrained model (model.path), off for the tiny one."
-    )  # fmt: skip
-
-    response_prefix: str = Field(
-        "", max_length=200, description="Text that opens every reply, written into the prompt "
-        "after the generation prompt: the model continues it and the parser reads it with the "
-        "reply (e.g. '<tool_call>' for tool_call: a small model then writes the call)."
-    )  # fmt: skip
-
-    @field_validator("action_pattern")
-    @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None and _regex_groups(v) != 1:
-            raise ValueError(f"action_pattern {v!r} must have exactly one group")
-        return v
-
-
-class RolloutConfig(_Section):
-    strategy: str = Field("group", description="Rollout strategy (cairn.rollout).")
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword options of the rollout strategy."
-    )
-    groups: int = Field(
-        32, gt=0, le=MAX_GROUPS, description=f"B: task instances per iteration (at most "
-        f"{MAX_GROUPS}; B x G at most {MAX_EPISODES}, see cairn.train.config.MAX_EPISODES)."
-    )  # fmt: skip
-    group_size: int = Field(
-        8, gt=0, le=MAX_GROUP_SIZE,
-        description=f"G: episodes per task instance (at most {MAX_GROUP_SIZE}).",
-    )  # fmt: skip
-    max_turns: int | None = Field(
-        None, gt=0, le=MAX_TURNS,
-        description=f"Turn cap; null leaves it to the env (at most {MAX_TURNS}).",
-    )  # fmt: skip
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(
-        16, gt=0, le=MAX_NEW_TOKENS, description=f"Token cap per action (at most {MAX_NEW_TOKENS})."
-    )
-    stop: list[str] = Field(default_factory=list, description="Stop strings.")
-    restrict_to_admissible: bool = Field(
-        True, description="Decode only the env's admissible actions (where it lists them)."
-    )
-    dynamic_sampling: bool = Field(
-        False, description="DAPO: drop groups whose returns are all equal and sample more."
-    )
-    max_sampling_rounds: int = Field(
-        3, gt=0, le=MAX_ROUNDS,
-        description=f"DAPO: cap on sampling rounds to fill the batch (at most {MAX_ROUNDS}).",
-    )  # fmt: skip
-    workers: int = Field(
-        0, ge=0, le=MAX_WORKERS, description="Env worker processes (Ray actors); 0 steps envs "
-        f"in this process (at most {MAX_WORKERS})."
-    )  # fmt: skip
-    worker_backend: Literal["auto", "ray", "process"] = Field(
-        "auto", description="Env workers: Ray actors, or local processes (auto: Ray if installed)."
-    )
-    env_timeout_s: float | None = Field(
-        None, gt=0, description="Seconds an env reset/step may take; past it the episode is "
-        "dropped and the env rebuilt (null: no limit)."
-    )  # fmt: skip
-    max_env_error_rate: float = Field(
-        0.1, ge=0, le=1, description="Stop when env faults end more than this share of the "
-        "episodes of the last 10 iterations."
-    )  # fmt: skip
-    engine: str = Field(
-        "hf", description="Generation engine: transformers (any device) or vLLM (GPU)."
-    )
-    engine_options: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword options of the engine (cairn.policies.engines)."
-    )
-
-    @model_validator(mode="after")
-    def _episodes_fit(self) -> RolloutConfig:
-        if self.groups * self.group_size > MAX_EPISODES:
-            raise ValueError(
-                f"rollout.groups x rollout.group_size = {self.groups} x {self.group_size} = "
-                f"{self.groups * self.group_size} episodes per round; at most {MAX_EPISODES}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _check_strategy(self) -> RolloutConfig:
-        from cairn.policies.engines import validate_engine_options
-        from cairn.rollout import STRATEGIES
-
-        STRATEGIES.probe(self.strategy, self.options)
-        validate_engine_options(self.engine, self.engine_options)
-        return self
-
-
-class AdvantageConfig(_Section):
-    name: str = Field("gigpo", description="Advantage estimator (cairn.advantages.available()).")
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword options of the estimator (else its defaults)."
-    )
-    whiten: bool = Field(
-        False, description="Subtract the batch mean and divide by the std after estimating."
-    )
-
-    @model_validator(mode="after")
-    def _check_estimator(self) -> AdvantageConfig:
-        from cairn.advantages import validate_options
-
-        validate_options(self.name, self.options)
-        return self
-
-
-class RewardSpec(_Section):
-    name: str = Field(description="Reward added to the env's (cairn.rewards.available_rewards()).")
-    options: dict[str, Any] = Field(default_factory=dict, description="Its keyword options.")
-
-    @model_validator(mode="after")
-    def _check_reward(self) -> RewardSpec:
-        from cairn.rewards import validate_reward_options
-
-        validate_reward_options(self.name, self.options)
-        return self
-
-
-def _section_of(dc: type, name: str) -> type[_Section]:
-    """A config section with one key per dataclass field: the field's default, its help
-    (``metadata["help"]``), its pydantic constraints and optional ``type`` (the rest of
-    the metadata). The dataclass stays the one place the keys are written."""
-    hints = get_type_hints(dc)
-    keys: dict[str, Any] = {}
-    for f in dataclasses.fields(dc):
-        meta = dict(f.metadata)
-        ann = meta.pop("type", hints[f.name])
-        keys[f.name] = (ann, Field(f.default, description=meta.pop("help"), **meta))
-    return create_model(name, __base__=_Section, **keys)
-
-
-LossSection = _section_of(LossConfig, "LossSection")
-
-
-def stop_problem(agent: AgentConfig, stop: Sequence[str]) -> str | None:
-    """Why ``stop`` (rollout stop strings) leaves no tagged action parsable, else None. A
-    completion's text ends before its first stop string, and the tagged format needs its
-    closing tag in the text (a tool call may stay unclosed: ``parse_tool_call``)."""
-    if agent.action_format != "tagged" or agent.action_pattern is not None:
-        return None
-    for s in stop:
-        if s and s in "</action>":
-            return (
-                f"rollout.stop {s!r} cuts every completion before its closing </action> "
-                "(a completion's text ends before its first stop string), so no tagged "
-                "action would parse: drop it, or stop after the tag (the model's end of "
-                "turn ends a reply already)"
-            )
-    return None
-
-
-class OptimConfig(_Section):
-    lr: float = Field(1e-3, gt=0, description="AdamW learning rate.")
-    epochs: int = Field(4, gt=0, description="PPO epochs over each iteration's batch.")
-    minibatch_size: int = Field(512, gt=0, description="Steps per gradient update.")
-    group_prompts: bool = Field(
-        False,
-        description=(
-            "Cut minibatches so that rows with the same prompt stay together (the prompts "
-            "in random order, each prompt's rows in random order): shared-prefix scoring "
-            "(on for a model.path model) then reads each prompt once per minibatch. "
-            "False: rows shuffled one by one."
-        ),
-    )
-    max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
-        "linear", description="Learning rate over the training budget (see lr_final)."
-    )
-    lr_final: float = Field(
-        0.1, ge=0, le=1, description="lr at the end of the budget, as a fraction of optim.lr."
-    )
-
-
-class CriticConfig(_Section):
-    enabled: bool = Field(False, description="Train a value network (PPO with GAE).")
-    path: str | None = Field(
-        None, description="Local model directory for the critic backbone; null: tiny default."
-    )
-    lr: float = Field(1e-3, gt=0, description="Critic AdamW learning rate.")
-    epochs: int | None = Field(None, gt=0, description="Critic epochs; null: optim.epochs.")
-    value_clip: float | None = Field(
-        0.5, gt=0, description="PPO value clipping around the old value; null: plain MSE."
-    )
-    gamma: float = Field(
-        1.0, ge=0, le=1, description="Discount of the return target when the estimator gives none."
-    )
-
-    @field_validator("path")
-    @classmethod
-    def _model_dir(cls, v: str | None) -> str | None:
-        return _check_model_path(v)
-
-
-class WarmupConfig(_Section):
-    enabled: bool = Field(
-        False, description="Supervised format warm-up on solver demonstrations before RL."
-    )
-    demos: int = Field(
-        128, gt=0, le=MAX_EPISODES,
-        description=f"Task instances solved by the env's solver (at most {MAX_EPISODES}).",
-    )  # fmt: skip
-    epochs: int = Field(4, gt=0, description="Passes over the demonstration steps.")
-    lr: float = Field(3e-3, gt=0, description="AdamW learning rate of the warm-up.")
-    minibatch_size: int = Field(64, gt=0, description="Demonstration steps per update.")
-    time_budget_s: float | None = Field(
-        120.0, gt=0, description="Stop the warm-up after this many seconds."
-    )
-    think: Literal["offsets", "none"] = Field(
-        "offsets", description="Reasoning written in <think>: the observation's offset words "
-        "(sokoban compact: box and goal offsets), or none (no <think> block)."
-    )  # fmt: skip
-
-
-class TrainConfig(_Section):
-    iterations: int = Field(1000, gt=0, description="Maximum training iterations.")
-    time_budget_s: float | None = Field(
-        300.0, gt=0, description="Stop after this many seconds of training (eval excluded)."
-    )
-    max_episodes: int | None = Field(None, gt=0, description="Stop after this many episodes.")
-    threads: int | None = Field(
-        1, gt=0, description="torch CPU threads. 1: the same numbers on every run, and no "
-        "slow-down when another job takes a core; null = all cores (faster on a quiet "
-        "machine, not bit-reproducible). benchmarks/results/speed/threads.md."
-    )  # fmt: skip
-    pack_episodes: bool = Field(
-        False, description="Train an episode whose turn prompts extend each other as one "
-        "sequence (per-turn advantages on its action tokens); others per turn (docs/scale.md)."
-    )  # fmt: skip
-
-
-class EvalConfig(_Section):
-    every: int = Field(5, ge=0, description="Greedy evaluation every N iterations (0: only end).")
-    episodes: int = Field(
-        200, gt=0, le=MAX_EPISODES,
-        description=f"Held-out task instances per evaluation (at most {MAX_EPISODES}).",
-    )  # fmt: skip
-    seed_offset: int = Field(
-        1_000_000_000, ge=0, description="Held-out seeds are seed_offset + i (train seeds lower)."
-    )
-    at_start: bool = Field(True, description="Evaluate the untrained policy first.")
-    target: float = Field(0.8, ge=0, le=1, description="Success target for episodes-to-target.")
-
-
-class LogConfig(_Section):
-    trajectories_every: int = Field(1, ge=0, description="Dump trajectories every N iterations.")
-    trajectory_groups: int = Field(
-        4, ge=0, le=MAX_GROUPS, description=f"Groups dumped per iteration (at most {MAX_GROUPS})."
-    )
-    trajectory_digits: int | None = Field(
-        7, ge=1, le=17, description="Significant digits of floats in dumps; null keeps all."
-    )
-    progress: bool | None = Field(None, description="Live progress; null = when a terminal.")
-    loggers: list[str] = Field(
-        default_factory=lambda: ["jsonl"],
-        description="Metric loggers: jsonl (always on), tensorboard, wandb, mlflow.",
-    )
-    wandb_project: str = Field("cairn", description="Weights & Biases project name.")
-    wandb_mode: Literal["offline", "online", "disabled"] = Field(
-        "offline", description="Weights & Biases mode; the WANDB_MODE variable overrides it."
-    )
-    report_iterations: int = Field(
-        24, gt=0, description="cairn inspect: at most this many iterations, evenly spaced."
-    )
-    report_groups: int = Field(4, gt=0, description="cairn inspect: at most this many groups each.")
-    report_episodes: int = Field(
-        32, gt=0, description="cairn inspect: at most this many episodes per group."
-    )
-
-    @field_validator("loggers")
-    @classmethod
-    def _known_loggers(cls, v: list[str]) -> list[str]:
-        from cairn.train.loggers import available_loggers
-
-        unknown = [x for x in v if x not in available_loggers()]
-        if unknown:
-            raise ValueError(f"unknown logger(s) {unknown}; allowed: {available_loggers()}")
-        return v
-
-
-class CheckpointConfig(_Section):
-    every: int = Field(1, gt=0, description="Checkpoint every N iterations.")
-    keep: int = Field(2, gt=0, description="Checkpoints kept on disk (the newest).")
-
-
-class Config(_Section):
-    name: str = Field(
-        "sokoban_gigpo", description="Run name prefix: one folder name (no '/', '\\' or "
-        "'..'), printable, no '[' or ']', at most 128 characters."
-    )  # fmt: skip
-    seed: int = Field(0, ge=0, description="Master seed (model init, tasks, sampling).")
-    out_dir: str = Field("runs", description="Parent directory of run directories.")
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    agent: AgentConfig = Field(default_factory=AgentConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    advantage: AdvantageConfig = Field(
-        default_factory=lambda: AdvantageConfig(options={"episode_norm": "mean_std"})
-    )  # the demo's: eq. 3 with the std (as recorded); a given section starts from {}
-    rewards: list[RewardSpec] = Field(
-        default_factory=list, description="Shaped / intrinsic rewards added after the rollout."
-    )
-    loss: LossSection = Field(default_factory=LossSection)
-    critic: CriticConfig = Field(default_factory=CriticConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    log: LogConfig = Field(default_factory=LogConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    exploration: ExplorationConfig = Field(default_factory=ExplorationConfig)
-    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
-
-    @field_validator("name")
-    @classmethod
-    def _run_name(cls, v: str) -> str:
-        if (problem := run_name_problem(v)) is not None:
-            raise ValueError(problem)
-        return v
-
-    @model_validator(mode="after")
-    def _chat_needs_template(self) -> Config:
-        tiny = self.model.path is None
-        if self.agent.prompt_style == "chat" and tiny and self.model.tokenizer != "chat":
-            raise ValueError(
-                "agent.prompt_style 'chat' with the tiny default needs model.tokenizer "
-                f"'chat' (a tokenizer with a chat template), got {self.model.tokenizer!r}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _stop_keeps_the_closing_tag(self) -> Config:
-        if (problem := stop_problem(self.agent, self.rollout.stop)) is not None:
-            raise ValueError(problem)
-        return self
-
-    @model_validator(mode="after")
-    def _packing_needs_token_rows(self) -> Config:
-        if not self.train.pack_episodes:
-            return self
-        if self.loss.agg != "token-mean" or self.critic.enabled or self.rollout.engine != "hf":
-            raise ValueError(
-                "train.pack_episodes needs loss.agg 'token-mean' (a packed episode is one "
-                "sequence), critic.enabled false and rollout.engine 'hf' (they read rows as "
-                f"steps); got {self.loss.agg!r}, {self.critic.enabled}, {self.rollout.engine!r}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _tiny_keys_with_real_model(self) -> Config:
-        from cairn.train.setup import tiny_key_problems, warn_tiny_keys
-
-        errors, notes = tiny_key_problems(self)
-        if errors:
-            raise ValueError(errors[0])
-        warn_tiny_keys(notes)
-        return self
-
-    @model_validator(mode="after")
-    def _warmup_writes_tool_calls(self) -> Config:
-        writes_json = self.warmup.enabled and self.agent.action_format == "tool_call"
-        if writes_json and (problem := _word_level_tool_calls(self)) is not None:
-            raise ValueError(problem)
-        return self
-
-    @model_validator(mode="after")
-    def _exploration_sampler(self) -> Config:
-        alias = self.exploration.alias_strategy()  # old spellings of rollout.strategy
-        if alias is not None and self.rollout.strategy != "group":
-            raise ValueError(
-                "exploration.strategy / exploration.self_search sample episodes themselves "
-                f"(they are rollout.strategy {alias[0]!r}, and leave rollout.strategy 'group'); "
-                f"got {self.rollout.strategy!r}"
-            )
-        self.exploration.check_old_keys(self.rollout.strategy)
-        return self
-
-    def rollout_strategy(self) -> tuple[str, dict[str, Any]]:
-        """(name, options) of the rollout strategy this config samples with: ``rollout``'s,
-        or the one an old ``exploration.strategy`` / ``self_search`` section selects."""
-        alias = self.exploration.alias_strategy()
-        return alias if alias is not None else (self.rollout.strategy, dict(self.rollout.options))
-
-
-def _word_level_tool_calls(cfg: Config) -> str | None:
-    """Why the format warm-up cannot write ``tool_call`` demonstrations with the tiny
-    model's word-level tokenizer (None when it can): a demonstration not constrained to the
-    env's admissible actions is written as JSON, whose characters a word-level tokenizer
-    has no tokens for (the warm-up would fail after the model and envs are built)."""
-    if cfg.model.path is not None or cfg.model.tokenizer not in ("word", "auto"):
-        return None
-    from cairn.envs import make
-
-    try:
-        env = make(cfg.env.name, **cfg.env.options)
-        try:
-            _, info = env.reset(seed=0)
-            words = env.vocabulary()
-        finally:
-            env.close()
-    except Exception:  # the env's own checks report it
-        return None
-    if cfg.model.tokenizer == "auto" and not words:
-        return None  # a BPE tokenizer: it writes JSON
-    if cfg.rollout.restrict_to_admissible and info.get("admissible"):
-        return None  # demonstrations are the admissible actions' own tokens
-    return (
-        "warmup.enabled with agent.action_format 'tool_call': the tiny model's word-level "
-        f"tokenizer (env {cfg.env.name!r}) cannot write the JSON tool calls the warm-up "
-        "teaches; set model.tokenizer: chat (or bpe), or warmup.enabled: false"
-    )
-
-
-# -- checks shared by several sections --------------------------------------------------------
-def _check_model_path(path: str | None) -> str | None:
-    """A local Hugging Face model folder (config.json or adapter_config.json that parses), a
-    hub name 'org/name', or None."""
-    if path is None:
-        return None
-    local = Path(path).expanduser()
-    if not local.exists():
-        if path.count("/") == 1 and not path.startswith((".", "/", "~")):
-            return path  # a hub name
-        raise ValueError("no such folder (nor is it a hub name 'org/name')")
-    found = [local / n for n in ("config.json", "adapter_config.json") if (local / n).is_file()]
-    if not local.is_dir() or not found:
-        raise ValueError("not a Hugging Face model folder (it needs a config.json)")
-    try:
-        if not isinstance(json.loads(found[0].read_text()), dict):
-            raise ValueError("not a JSON object")
-    except ValueError as err:
-        raise ValueError(f"{found[0].name} there is broken ({err})") from None
-    return path
-
-
-# -- loading ----------------------------------------------------------------------------------
-class _PlainLoader(yaml.SafeLoader):
-    """PyYAML's safe loader without anchors and aliases (``&a`` / ``*a`` / ``<<: *a``: a
-    1 KB file of them expands to gigabytes), nested at most ``MAX_DEPTH`` deep. Refusals are
-    ConfigErrors naming the line; the input is never quoted (it may be huge)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        mark = event.start_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}"
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise ConfigError(
-                f"YAML anchors and aliases (&name, *name) are not allowed ({where}): "
-                "write the values out"
-            )
-        self._depth = getattr(self, "_depth", 0) + 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise ConfigError(f"YAML nested deeper than {MAX_DEPTH} levels ({where})")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
-def _yaml(text: str) -> Any:
-    """``text`` parsed by `_PlainLoader` (yaml.YAMLError or ConfigError)."""
-    loader = _PlainLoader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
-
-
-def _check_sizes(obj: Any, where: str) -> None:
-    """Every string (key or value) in ``obj`` at most ``MAX_STRING`` characters."""
-    if isinstance(obj, str) and len(obj) > MAX_STRING:
-        raise ConfigError(f"{where}: a string of {len(obj)} characters; at most {MAX_STRING}")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_sizes(k, f"{where} (a key)")
-            _check_sizes(v, f"{where}.{str(k)[:40]}")
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            _check_sizes(v, f"{where}[{i}]")
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``key.sub=value`` strings (values parsed as YAML) to a nested dict in place."""
-    for item in overrides:
-        if len(item) > MAX_STRING:
-            raise ConfigError(f"--set: an item of {len(item)} characters; at most {MAX_STRING}")
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set expects key=value, got {item!r}")
-        parts = key.strip().split(".")
-        node = data
-        for p in parts[:-1]:
-            child = node.setdefault(p, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {key}: {p!r} is not a section")
-            node = child
-        try:
-            node[parts[-1]] = _yaml(raw)
-        except ConfigError as err:  # an alias, or nested too deeply
-            raise ConfigError(f"--set {key.strip()}: {err}") from None
-        except yaml.YAMLError as err:
-            problem = str(getattr(err, "problem", None) or err).replace("\n", " ")
-            raise ConfigError(
-                f"--set {key.strip()}={raw}: the value is not valid YAML ({problem}); "
-                "quote a string, e.g. key='\"[a\"'"
-            ) from None
-    return data
-
-
-def _format(err: ValidationError, data: dict[str, Any]) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        if e["type"] == "extra_forbidden":
-            section = _section_at(e["loc"][:-1])
-            allowed = ", ".join(section.model_fields) if section else "?"
-            shown = _short(e["input"])
-            lines.append(f"unknown key {loc!r} (value {shown}); allowed here: {allowed}")
-        else:
-            value = e.get("input")
-            msg = e["msg"].removeprefix("Value error, ")
-            shown = "" if isinstance(value, dict) else f" = {_short(value)}"  # a section
-            lines.append(f"{loc or '(top level)'}{shown}: {msg}")
-    if len(lines) == 1:
-        return f"invalid config: {lines[0]}"
-    return "invalid config:\n  " + "\n  ".join(lines)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters (a bad value may be long)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
-def _section_at(loc: tuple) -> type[BaseModel] | None:
-    model: type[BaseModel] = Config
-    for p in loc:
-        field = model.model_fields.get(str(p))
-        ann = field.annotation if field else None
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
-            return None
-        model = ann
-    return model
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults <- YAML file or preset name <- ``--set`` overrides, validated.
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, *, check: bool = True
+) -> Config:
+    """Defaults <- YAML file or preset name <- ``--set`` overrides, validated, then (unless
+    ``check`` is False) the preflight checks (``cairn.train.preflight.check_config``).
 
     Raises ConfigError."""
     data = config_mapping(path) if path is not None else {}
     apply_overrides(data, overrides or [])
-    return validate_config(data)
+    return validate_config(data, check=check)
 
 
-def validate_config(data: dict[str, Any]) -> Config:
+def validate_config(data: dict[str, Any], *, check: bool = True) -> Config:
     """The Config of a nested dict (a loaded file with its overrides); ConfigError naming the
-    key, the value and what is allowed."""
-    _check_sizes(data, "config")
+    key, the value and what is allowed. ``check``: run ``check_config`` on it too."""
+    check_sizes(data, "config")
     try:
-        return Config.model_validate(data)
+        cfg = Config.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format(err, data)) from None
-    except (ValueError, ImportError) as err:  # raised by registry checks outside pydantic
-        raise ConfigError(f"invalid config: {err}") from None
-
-
-def config_mapping(path: str | Path, *, allow_empty: bool = True) -> dict[str, Any]:
-    """The mapping in a YAML config file or preset, not yet validated: at most
-    ``MAX_CONFIG_BYTES``, no anchors or aliases. ``allow_empty``: an empty file is ``{}``
-    (all defaults), else a ConfigError (a run's own config.yaml is never empty)."""
-    try:  # a file, or a preset shipped in the package (cairn.train.presets)
-        source = resolve_config(path)
-        if isinstance(source, Path):
-            size = source.stat().st_size
-            if size > MAX_CONFIG_BYTES:
-                raise ConfigError(
-                    f"config file {str(path)!r} has {size} bytes; at most {MAX_CONFIG_BYTES}"
-                )
-        text = source.read_text() if isinstance(source, Path) else source
-        data = _yaml(text)
-    except FileNotFoundError as err:
-        raise ConfigError(str(err)) from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text: {err}") from None
-    except OSError as err:
-        raise ConfigError(f"config file {str(path)!r} cannot be read: {err.strerror}") from None
-    except yaml.YAMLError as err:  # PyYAML's message spans lines: problem + position
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(
-            f"config file {str(path)!r} is not valid YAML: {problem}{where}"
-        ) from None
-    if data is None and allow_empty:
-        return {}
-    if data is None:
-        raise ConfigError(f"config file {str(path)!r} is empty")
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top")
-    return data
-
-
-def describe(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
-    """(key, default, help) for every leaf key, for `cairn train --help-config`."""
-    rows = []
-    for name, field in model.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            rows += describe(ann, f"{prefix}{name}.")
-        else:
-            default = field.get_default(call_default_factory=True)
-            rows.append((f"{prefix}{name}", default, field.description or ""))
-    return rows
+        raise ConfigError(format_validation_error(err)) from None
+    if check:
+        check_config(cfg)
+    return cfg

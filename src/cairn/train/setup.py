@@ -5,13 +5,12 @@ Two checks guard a pretrained model (``model.path``): ``check_token_budget`` enc
 env's gold action, written in ``agent.action_format``, with the model's own tokenizer and
 fails when ``rollout.max_new_tokens`` cannot hold it (a cap sized for the tiny tokenizer
 cuts correct answers into format errors); ``tiny_key_problems`` names the tiny-model-only
-keys a config gives it, which a config load reports (``Config``): an error or a
-``TinyKeyWarning``.
+keys a config gives it, which the preflight reports (``cairn.train.preflight``, re-exported
+here): an error or a ``TinyKeyWarning``.
 """
 
 from __future__ import annotations
 
-import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
 from cairn.rollout import STRATEGIES, RolloutSettings
 from cairn.rollout.envpool import GuardedEnv
+from cairn.train.preflight import TinyKeyWarning, tiny_key_problems, warn_tiny_keys
 
 __all__ = [
     "TinyKeyWarning",
@@ -38,10 +38,6 @@ __all__ = [
 ]
 
 BUDGET_SEEDS = 4  # tasks whose gold action the token cap must hold
-
-
-class TinyKeyWarning(UserWarning):
-    """A key of the tiny default model, set in a config of a pretrained model (ignored)."""
 
 
 def new_run_dir(cfg: Any) -> Path:
@@ -173,44 +169,3 @@ def check_token_budget(env: Any, tokenizer: Any, fmt: str, rollout: Any, prefix:
             f"{worst!r} is {longest} tokens with this model's tokenizer; set it to at least "
             f"{longest}"
         )
-
-
-_TINY_ARCH = ("arch", "hidden_size", "layers", "heads", "intermediate_size")
-
-
-def tiny_key_problems(cfg: Any) -> tuple[list[str], list[str]]:
-    """(errors, warnings) for tiny-model-only keys given with a pretrained model.
-
-    Keys of the tiny model's build (its architecture, local tokenizer and vocabulary) are
-    ignored with ``model.path``: a warning names each one given a non-default value (a
-    resolved config.yaml lists every key at its default). The format warm-up at the
-    default ``warmup.lr`` (a random model's rate, ``WarmupConfig``) is an error, given or
-    not: it would overwrite what the pretrained model knows.
-    """
-    m = cfg.model
-    if m.path is None:
-        return [], []
-    fields = type(m).model_fields
-    given = [k for k in ("tokenizer", "vocab_size", *_TINY_ARCH) if k in m.model_fields_set]
-    ignored = [k for k in given if getattr(m, k) != fields[k].default]
-    notes = [
-        f"model.{k}={getattr(m, k)!r} is a key of the tiny default model; ignored with "
-        f"model.path {m.path!r} (its own tokenizer and architecture are used)"
-        for k in ignored
-    ]
-    w = cfg.warmup
-    tiny_lr = type(w).model_fields["lr"].default
-    errors = []
-    if w.enabled and w.lr == tiny_lr:  # given or not: sokoban_text writes the default out
-        errors.append(
-            f"warmup.enabled with model.path {m.path!r} uses warmup.lr {w.lr}, the rate for "
-            "a randomly initialised tiny model; set a lower warmup.lr (e.g. 1e-4) or "
-            "warmup.enabled=false"
-        )
-    return errors, notes
-
-
-def warn_tiny_keys(notes: list[str]) -> None:
-    """Each note as a ``TinyKeyWarning``."""
-    for note in notes:
-        warnings.warn(note, TinyKeyWarning, stacklevel=3)

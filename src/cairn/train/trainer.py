@@ -58,6 +58,7 @@ from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoin
 from cairn.train.config import Config
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, build_learners, train_learners
+from cairn.train.preflight import check_config
 from cairn.train.resume import restore_trainer, trainer_state
 from cairn.train.runconfig import CONFIG_COPY, config_sha256, config_writer, record_amendment
 from cairn.train.runlog import RunLog
@@ -73,6 +74,7 @@ TRAIN_SEED_RANGE = 1_000_000_000  # train seeds are drawn below it, eval seeds s
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
+        check_config(cfg)  # plugins (cfg.imports), registries, env options: before any work
         self.cfg, self.dist = cfg, Dist.from_env()  # under torchrun: one data-parallel rank
         self.dir = Path(self.dist.broadcast_object(str(run_dir)))  # rank 0's name everywhere
         self.dir.mkdir(parents=True, exist_ok=True)

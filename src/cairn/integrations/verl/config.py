@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cairn.advantages import validate_options
 from cairn.rollout import RolloutSettings
 from cairn.train.config import AdvantageConfig, AgentConfig, ConfigError, stop_problem
 
@@ -122,7 +123,7 @@ def cairn_config(trainer_config: Any) -> CairnVerlConfig:
     if not isinstance(block, Mapping):
         raise ConfigError(f"verl config key 'cairn' must be a mapping, got {block!r}")
     try:
-        return CairnVerlConfig(**block)
+        cfg = CairnVerlConfig(**block)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in ("cairn", *first["loc"]))
@@ -132,6 +133,11 @@ def cairn_config(trainer_config: Any) -> CairnVerlConfig:
         raise ConfigError(
             f"{where}: {first['msg']} (got {first.get('input')!r}){allowed}"
         ) from None
+    try:  # the estimator's options: the registry's check (cairn.train.preflight's too)
+        validate_options(cfg.advantage.name, cfg.advantage.options)
+    except ValueError as err:
+        raise ConfigError(f"cairn.advantage: {err}") from None
+    return cfg
 
 
 def _fields_at(loc: tuple) -> list[str]:

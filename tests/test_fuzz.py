@@ -47,13 +47,17 @@ def test_fuzzed_actions_answer_invalid_and_never_raise(name):
     except ImportError as err:
         pytest.skip(f"{name}: optional extra not installed ({err})")
     rng, env = random.Random(name), make(name)
+    free_text = env_traits(name).get("free_text", False)  # e.g. the dataset env's answers
     done, seen = True, 0
     for i in range(150):
         if done:
             env.reset(seed=i)
         action = garbage(rng)
         _, _, terminated, truncated, info = env.step(action)  # must not raise
-        assert info["valid"] is False, (name, action[:40])
+        if free_text:  # any short printable answer may be valid: a bool, never a raise
+            assert isinstance(info["valid"], bool), (name, action[:40])
+        else:
+            assert info["valid"] is False, (name, action[:40])
         done, seen = terminated or truncated, seen + 1
     assert seen == 150
 

@@ -26,7 +26,7 @@ def test_every_registered_env_passes(name: str) -> None:
         pytest.skip(f"{name}: optional extra not installed ({err})")
     env = make(name)
     try:
-        check_env(env)  # raises EnvCheckError naming a clause, else passes
+        check_env(env, invalid_keeps_anchor=True)  # raises EnvCheckError naming a clause
     finally:
         env.close()
 
@@ -167,6 +167,18 @@ def test_a_broken_env_fails_naming_the_clause(cls: type, clause: str, problem: s
     assert err.value.clause == clause
     assert f"clause {clause!r} failed" in str(err.value)
     assert str(err.value).startswith(f"check_env({cls.__name__}):")
+
+
+class InvalidMovesTheAnchor(Guess):
+    def _info(self, valid: bool, success: bool = False) -> dict[str, Any]:
+        return {**super()._info(valid, success), "anchor": f"start {self.tries}"}
+
+
+def test_an_invalid_action_may_change_the_anchor_unless_asked() -> None:
+    check_env(InvalidMovesTheAnchor())  # the contract's form: valid False, no raise
+    with pytest.raises(EnvCheckError, match="changed the state") as err:
+        check_env(InvalidMovesTheAnchor(), invalid_keeps_anchor=True)
+    assert err.value.clause == "garbage"
 
 
 def test_every_clause_has_a_broken_env() -> None:

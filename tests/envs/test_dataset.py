@@ -85,7 +85,8 @@ def test_default_feedback_names_the_reward_and_the_episode_truncates(user: Path)
 
 @pytest.mark.parametrize("max_turns", [1, 3])
 def test_the_dataset_env_passes_check_env(user: Path, max_turns: int) -> None:
-    check_env("dataset", path=str(user), reward="my_rewards:correct", max_turns=max_turns)
+    options = {"path": str(user), "reward": "my_rewards:correct", "max_turns": max_turns}
+    check_env("dataset", invalid_keeps_anchor=True, **options)
     check_env("dataset")  # the built-in arithmetic set and exact_match
 
 

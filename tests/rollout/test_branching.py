@@ -37,6 +37,7 @@ OPTIONS = {
     "sokoban": {"render": "compact", "max_solution": 5},
     "frozenlake": {"map_name": "random", "map_size": 5, "is_slippery": True, "max_steps": 30},
     "countdown": {"max_steps": 4},
+    "dataset": {"max_turns": 4},
     "integration": {"max_steps": 4},
     "search_qa": {"max_steps": 6},
     "scienceworld": {"max_steps": 12},

@@ -27,7 +27,8 @@ __all__ = [
 
 #: name -> (import path "module:Class", pip extra that provides its dependencies or None,
 #: traits): ``slow`` envs start a process or generate games (tens of seconds), so the
-#: contract and fuzz tests that iterate this registry mark them slow.
+#: contract and fuzz tests that iterate this registry mark them slow; ``free_text`` envs
+#: take any short printable answer (a dataset's), so random printable text may be valid.
 SLOW = {"slow": True}
 ENVS = ImportRegistry(
     "env",
@@ -35,7 +36,7 @@ ENVS = ImportRegistry(
         "sokoban": "cairn.envs.sokoban:Sokoban",
         "frozenlake": ("cairn.envs.frozenlake:FrozenLake", "gymnasium"),
         "countdown": "cairn.envs.countdown:Countdown",
-        "dataset": "cairn.envs.dataset:DatasetEnv",
+        "dataset": ("cairn.envs.dataset:DatasetEnv", None, {"free_text": True}),
         "integration": "cairn.envs.integration:Integration",
         "search_qa": ("cairn.envs.search_qa:SearchQA", "search"),
         "scienceworld": ("cairn.envs.scienceworld:ScienceWorld", "scienceworld", SLOW),

@@ -224,8 +224,10 @@ class DatasetEnv(TextEnv):
         answer_pattern: regular expression a scorable answer matches (stripped, in full);
             None: any non-empty answer up to 10 000 characters.
         instruction: the task instruction above every prompt.
-        example_action: the answer shown as the format example (None: the first row's
-            ``answer`` column, else ``answer``).
+        example_action: the answer shown as the format example; with
+            ``example_observation``, a made-up exchange a real model's prompt opens with
+            (None: the last row's prompt and ``answer`` column, where it has one).
+        example_observation: the prompt that ``example_action`` answers (see above).
         eval_path: the prompts of the held-out seeds (None: ``path``'s).
         split: the split of a saved ``DatasetDict`` (None: ``train``).
     """
@@ -241,6 +243,7 @@ class DatasetEnv(TextEnv):
         answer_pattern: str | None = DEFAULT_ANSWER_PATTERN,
         instruction: str = "Answer with the final answer only.",
         example_action: str | None = None,
+        example_observation: str | None = None,
         eval_path: str | None = None,
         split: str | None = None,
     ) -> None:
@@ -266,10 +269,13 @@ class DatasetEnv(TextEnv):
         self.reward_name, self.feedback_name = reward, feedback
         self._reward = import_callable(reward, "reward function")
         self._feedback = import_callable(feedback, "feedback function") if feedback else None
-        first = self.rows[0]
-        if example_action is None:
-            example_action = str(first.columns.get("answer", "answer"))
-        self.example_action = example_action
+        first, last = self.rows[0], self.rows[-1]
+        if example_action is None and "answer" in last.columns:
+            # a real model's prompt opens with one exchange (agent.describe_format): the
+            # last row answered, which shows the answer format in the task's own terms
+            example_action, example_observation = str(last.columns["answer"]), last.prompt
+        self.example_action = "answer" if example_action is None else example_action
+        self.example_observation = example_observation or ""
         self._task = first
         self._turn, self._done = 0, False
         self._obs = ""

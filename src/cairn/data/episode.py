@@ -240,7 +240,7 @@ def to_records(
         rec = {f.name: getattr(e, f.name) for f in fields(e) if f.name != "steps"}
         rec["meta"] = e.meta.to_dict()  # the events under their saved keys (JSON-ready)
         rec["return"] = e.ret
-        steps = []
+        steps: list[dict[str, Any]] = []
         for s in e.steps:
             d = {
                 "t": s.t,

@@ -97,14 +97,14 @@ def import_callable(spec: str, what: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except Exception as err:  # an ImportError, or the module itself failing
         raise ValueError(f"{what} {spec!r}: cannot import {module_name!r} ({err})") from None
-    fn = module
+    fn: Any = module
     for part in attr.split("."):
-        fn = getattr(fn, part, None)  # type: ignore[assignment]
+        fn = getattr(fn, part, None)
         if fn is None:
             raise ValueError(f"{what} {spec!r}: module {module_name!r} has no {attr!r}")
     if not callable(fn):
         raise ValueError(f"{what} {spec!r} is not callable")
-    return fn  # type: ignore[return-value]
+    return fn
 
 
 # -- data files -------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def _read(p: Path, split: str | None) -> list[dict[str, Any]]:
             return [dict(r) for r in csv.DictReader(f)]
     if suffix == ".parquet":
         try:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
         except ImportError:
             raise ValueError(
                 "reading .parquet needs pyarrow (pip install 'cairn-rl[dataset]')"
@@ -174,7 +174,7 @@ def _read_jsonl(p: Path) -> list[dict[str, Any]]:
 
 def _read_saved(p: Path, split: str | None) -> list[dict[str, Any]]:
     try:
-        import datasets
+        import datasets  # type: ignore[import-untyped]
     except ImportError:
         raise ValueError(
             f"{str(p)!r} is a folder: reading a saved dataset needs datasets "
@@ -232,6 +232,16 @@ class DatasetEnv(TextEnv):
         split: the split of a saved ``DatasetDict`` (None: ``train``).
     """
 
+    rows: list[_Task]
+    eval_rows: list[_Task]
+    _task: _Task
+    _turn: int
+    _done: bool
+    _obs: str
+    _pattern: re.Pattern[str] | None
+    _reward: Callable[..., Any]
+    _feedback: Callable[..., Any] | None
+
     def __init__(
         self,
         path: str | None = None,
@@ -252,8 +262,10 @@ class DatasetEnv(TextEnv):
             raise ValueError(f"max_turns must be an int >= 1, got {max_turns!r}")
         if not isinstance(success_reward, numbers.Real) or isinstance(success_reward, bool):
             raise ValueError(f"success_reward must be a number, got {success_reward!r}")
-        self.max_turns, self.success_reward = max_turns, float(success_reward)
-        self.prompt_column, self.instruction = prompt_column, instruction
+        self.max_turns: int = max_turns
+        self.success_reward: float = float(success_reward)
+        self.prompt_column: str = prompt_column
+        self.instruction = instruction
         try:
             self._pattern = re.compile(answer_pattern) if answer_pattern is not None else None
         except re.error as err:
@@ -266,7 +278,8 @@ class DatasetEnv(TextEnv):
             if eval_path is not None
             else self.rows
         )
-        self.reward_name, self.feedback_name = reward, feedback
+        self.reward_name: str = reward
+        self.feedback_name: str | None = feedback
         self._reward = import_callable(reward, "reward function")
         self._feedback = import_callable(feedback, "feedback function") if feedback else None
         first, last = self.rows[0], self.rows[-1]

@@ -1,5 +1,39 @@
-"""Training: configuration, the trainer loop, checkpoints and run logs."""
+"""Training: configuration, the trainer loop, checkpoints and run logs.
+
+The package is also the one-call API: ``cairn.train(config, callbacks=[...])`` trains one
+run (``cairn.train.api.train``; ``cairn.train.run`` is the same function, for type
+checkers). Importing it stays light: the trainer and torch load when a run starts.
+"""
+
+import sys
+import types
+from typing import Any
 
 from cairn.train.config import Config, ConfigError, load_config
 
-__all__ = ["Config", "ConfigError", "load_config"]
+__all__ = ["Callback", "Config", "ConfigError", "TrainResult", "load_config", "run"]
+
+
+def run(config: Any, *args: Any, **kwargs: Any) -> Any:
+    """``cairn.train.api.train``: train one run; returns a ``TrainResult``."""
+    from cairn.train.api import train
+
+    return train(config, *args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Callback", "TrainResult"):
+        from cairn.train import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _CallableModule(types.ModuleType):
+    """``cairn.train(...)`` calls ``run``: the package is the API's name."""
+
+    def __call__(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+        return run(config, *args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

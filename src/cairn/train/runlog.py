@@ -79,6 +79,9 @@ class RunLog:
         # Rows logged since the last checkpoint: the trainer stores them in the next one, so
         # a row metrics.jsonl loses later is rebuilt on resume (``truncate_after``).
         self.unsaved_rows: list[dict[str, Any]] = []
+        # Objects with ``on_iteration(row)`` (``cairn.train(..., callbacks=[...])``): each
+        # gets every metrics row, JSON-safe, after it is written.
+        self.callbacks: list[Any] = []
         if self.loggers.active:
             atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -105,6 +108,8 @@ class RunLog:
         rundir.append_metrics(self.dir, clean)
         self.unsaved_rows.append(clean)
         self.loggers.log(row, step=int(row.get("iteration", 0)))
+        for callback in self.callbacks:
+            callback.on_iteration(dict(clean))
 
     def trajectories(self, iteration: int, records: list[dict[str, Any]]) -> None:
         """``trajectories/iter_XXXXXX.jsonl.gz``: one episode record per line, floats rounded."""

@@ -435,7 +435,11 @@ class Trainer:
         keep = np.array([e.group in groups for e in episodes for _ in e.steps], dtype=bool)
         chosen = [e for e in episodes if e.group in groups]
         per_step = {"advantage": adv[keep], **{k: v[keep] for k, v in parts.items()}}
-        self.log.trajectories(self.iteration, to_records(chosen, **per_step))
+        # What the model saw: each turn's prompt text, decoded from its ids, stored as the
+        # part new since the turn before (``to_records``; ``prompt_texts`` rebuilds them).
+        decode = getattr(self.policy.tokenizer, "decode", None)
+        records = to_records(chosen, decode=decode, **per_step)
+        self.log.trajectories(self.iteration, records)
 
     def _save(self) -> None:
         model = self.policy.model  # damaged weights are never checkpointed (divergence)

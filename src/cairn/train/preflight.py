@@ -157,7 +157,7 @@ def _registered(registry: Any, name: str) -> None:
 
 
 def _memory(memory: Any) -> None:
-    from cairn.exploration.memory import check_mode_probs
+    from cairn.exploration.config import check_mode_probs
     from cairn.exploration.registries import WRITERS
 
     check_mode_probs(memory.probs)

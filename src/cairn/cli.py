@@ -60,11 +60,11 @@ every key with its default and help: cairn config --keys; a resolved config: cai
 
 the progress line, one per iteration:
   it    iteration             ep    episodes sampled so far
-  succ  rollout success rate  ret   mean episode return (env reward + shaped rewards)
+  succ  rollout success rate  ret   mean episode return (env reward - penalty + shaped)
   inv   share of invalid actions (unparsable, or refused by the env)
   ent   policy entropy per action token     kl    KL to the reference policy
   clip  share of tokens clipped by PPO      s/it  seconds of the iteration
-  eval  greedy success on held-out tasks    then the budget left (iterations, time)
+  eval  greedy success on held-out tasks    last: the budget used (s/time_budget_s, or it)
 """
 
 
@@ -578,6 +578,14 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+def _error_line(text: str) -> None:
+    """``error: TEXT`` on stdout, "error:" in red on a terminal (as rich would print it,
+    without importing rich: a config error answers at once); ``TEXT`` printed as it is."""
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    head = "\033[31merror:\033[0m" if color else "error:"
+    print(f"{head} {text}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
@@ -596,9 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     except one_line as err:  # one line; an EnvFault here came from an env call outside a
         if os.environ.get("CAIRN_TRACEBACK"):  # rollout (warm-up, curriculum build)
             raise
-        from rich.markup import escape
-
-        _console().print(f"[red]error:[/red] {escape(str(err))}")
+        _error_line(str(err))
         return 2
     except KeyboardInterrupt as err:
         say(_interrupt_message(err), "yellow")

@@ -28,6 +28,7 @@ import socket
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def _cheap_checks(cfg: Config) -> Iterator[_Check]:
     yield "model.path", cfg.model.path, lambda: _model_path_shape(cfg.model.path)
     yield "advantage", {}, lambda: _estimator(cfg.advantage.name, cfg.advantage.options)
     for i, spec in enumerate(cfg.rewards):
-        yield f"rewards.{i}", {}, lambda spec=spec: _reward(spec.name, spec.options)
+        yield f"rewards.{i}", {}, partial(_reward, spec.name, spec.options)
     yield "log.loggers", cfg.log.loggers, lambda: _loggers(cfg.log.loggers)
     yield from _exploration_checks(cfg)
 
@@ -141,7 +142,7 @@ def _exploration_checks(cfg: Config) -> Iterator[_Check]:
         (f"{at}.variants.generator", x.variants.generator, GENERATORS),
     ]
     for key, name, registry in names:
-        yield key, name, lambda r=registry, n=name: _registered(r, n)
+        yield key, name, partial(_registered, registry, name)
     known = {key for key, name, registry in names if name in registry.entries}
     if {f"{at}.memory.embedder", f"{at}.memory.writer"} <= known:
         yield f"{at}.memory", {}, lambda: _memory(x.memory)

@@ -16,7 +16,7 @@ import difflib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -315,7 +315,10 @@ def _section_of(dc: type, name: str) -> type[_Section]:
     return create_model(name, __base__=_Section, **keys)
 
 
-LossSection = _section_of(LossConfig, "LossSection")
+if TYPE_CHECKING:  # the type checker reads the section as the dataclass it is built from
+    LossSection = LossConfig
+else:
+    LossSection = _section_of(LossConfig, "LossSection")
 
 
 def stop_problem(agent: AgentConfig, stop: Sequence[str]) -> str | None:

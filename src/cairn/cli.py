@@ -179,6 +179,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--keys", action="store_true", help="list every key, default and help")
 
     sub.add_parser("presets", help="list the shipped presets with a one-line description")
+    x = sub.add_parser(
+        "export", help="write a run's trained model (or LoRA adapter) as a Hugging Face folder"
+    )
+    x.add_argument("run_dir", help="a run directory (its newest checkpoint is exported)")
+    x.add_argument("out", help="the folder to write (must not exist or be empty)")
+    x.add_argument("--merge", action="store_true", help="LoRA runs: fold the adapters in")
+    x.add_argument("--force", action="store_true", help="replace OUT when it is not empty")
     verl_data.add_parser(sub)
     return p
 
@@ -243,6 +250,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         ) from err
     print(json.dumps(result, indent=2))
     say(f"written: {path}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Read-only on the run: writes OUT only (cairn.train.export)."""
+    from cairn.train.export import ExportError, export_run
+
+    try:
+        done = export_run(Path(args.run_dir), Path(args.out), merge=args.merge, force=args.force)
+    except ExportError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        return 2
+    what = {"model": "model", "merged": "merged model", "adapter": "LoRA adapter"}[done.kind]
+    console.print(f"{what} of {done.checkpoint} written to {escape(str(done.out))}")
+    if done.base is not None:
+        console.print(f"its base model: {escape(done.base)}")
     return 0
 
 
@@ -596,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         "ttrl": cmd_ttrl,
         "config": cmd_config,
         "presets": cmd_presets,
+        "export": cmd_export,
         "verl-data": verl_data.command,
     }
     one_line = (ConfigError, RunNotStarted, RunStopped, RunLocked, EnvFaultRateError, EnvFault)

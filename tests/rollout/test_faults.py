@@ -414,7 +414,7 @@ def test_the_cli_reports_a_fault_rate_stop_in_one_line(tmp_path, capsys):
 
 
 def test_faults_that_leave_no_group_stop_in_one_line_instead_of_an_empty_update():
-    """Found by benchmarks/faults.py: 4 workers, each holding one episode of every group,
+    """Found by benchmarks/faults/faults.py: 4 workers, each holding one episode of every group,
     two killed in one iteration left no group with 2 episodes, and the update crashed on
     an empty token batch (ValueError from max()) before the fault-rate check could speak."""
     from cairn._env_host import EnvFaultRateError

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "benchmarks"
+BENCH = Path(__file__).parents[2] / "benchmarks" / "scale"
 
 
 def _load(name: str):
@@ -36,7 +36,7 @@ def test_the_folder_fits_and_holds_what_the_check_needs(bundle: Path):
     assert 0 < manifest["total_bytes"] <= 64 * 2**20
     assert manifest["total_bytes"] == sum(manifest["files"].values())
     for path in ("src/cairn/__init__.py", "src/cairn/presets/sokoban_gigpo.yaml",
-                 "benchmarks/gpu_check.py", "benchmarks/gpu_check.sh"):  # fmt: skip
+                 "benchmarks/scale/gpu_check.py", "benchmarks/scale/gpu_check.sh"):  # fmt: skip
         assert (bundle / path).is_file(), path
     assert not list(bundle.rglob("__pycache__"))
     wheels = {p.name.split("-")[0].lower() for p in (bundle / "wheels").glob("*.whl")}
@@ -66,7 +66,7 @@ def test_the_check_dry_runs_on_cpu_from_the_folder(bundle: Path, tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the folder's cairn
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run(
-        [sys.executable, str(bundle / "benchmarks" / "gpu_check.py"), "--dry-run",
+        [sys.executable, str(bundle / "benchmarks" / "scale" / "gpu_check.py"), "--dry-run",
          "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")],
         env=env, capture_output=True, text=True, timeout=280, check=False,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""benchmarks/real_models.py: what it reads back from a run folder, and the table's arithmetic."""
+"""benchmarks/real/real_models.py: what it reads back from a run folder, and its table's sums."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-BENCH = Path(__file__).parents[2] / "benchmarks" / "real_models.py"
+BENCH = Path(__file__).parents[2] / "benchmarks" / "real" / "real_models.py"
 
 
 def _bench():

@@ -1,4 +1,4 @@
-"""benchmarks/threads.py: the table's arithmetic, and its dry mode end to end."""
+"""benchmarks/speed/threads.py: the table's arithmetic, and its dry mode end to end."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-BENCH = Path(__file__).parents[2] / "benchmarks" / "threads.py"
+BENCH = Path(__file__).parents[2] / "benchmarks" / "speed" / "threads.py"
 
 
 def _threads():

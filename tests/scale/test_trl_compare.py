@@ -1,4 +1,4 @@
-"""benchmarks/trl_compare.py without TRL or a model: its arithmetic (ratios paired by
+"""benchmarks/speed/trl_compare.py without TRL or a model: its arithmetic (ratios paired by
 repeat, spreads, per-step rates), its settings (arguments, cairn overrides that validate,
 the venv commands), TRL's reward (cairn's countdown reward), and a dry run that makes
 nothing."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "benchmarks" / "trl_compare.py"
+BENCH = Path(__file__).parents[2] / "benchmarks" / "speed" / "trl_compare.py"
 
 
 def _bench():
@@ -152,7 +152,7 @@ def test_record_names_the_work_the_load_and_the_prompts():
             "load_after": "4.00 5.00 6.00", "minutes": 2.5, "roundtrip": True,
             "prompt_tokens": [250, 262]}  # fmt: skip
     text = bench.record(rows, bench.parse_args(["--steps", "1"]), meta)
-    assert "`python benchmarks/trl_compare.py --steps 1`" in text
+    assert "`python benchmarks/speed/trl_compare.py --steps 1`" in text
     assert "1.00 2.00 3.00 before and 4.00 5.00 6.00 after, over 2.5 min" in text
     assert "prompt tokens 256 (250-262)" in text and "1 alternating pairs" in text
     assert "| 0 | trl | 100.00 | 20.00 | 80.00 | 300 | 6000 | 0.100 |" in text

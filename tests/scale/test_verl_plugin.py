@@ -451,7 +451,7 @@ def _gpu_check_verl():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).parents[2] / "benchmarks" / "gpu_check_verl.py"
+    path = Path(__file__).parents[2] / "benchmarks" / "scale" / "gpu_check_verl.py"
     spec = importlib.util.spec_from_file_location("gpu_check_verl", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

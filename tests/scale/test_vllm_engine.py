@@ -259,7 +259,7 @@ _GPU = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available(
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _GPU, reason="needs vLLM and an NVIDIA GPU (benchmarks/gpu_check.sh)")
+@pytest.mark.skipif(not _GPU, reason="needs vLLM and an NVIDIA GPU (benchmarks/scale/gpu_check.sh)")
 def test_real_vllm_agrees_with_the_trainer_and_syncs(tmp_path, tiny_policy, compact_env):
     tiny_policy.model.to("cuda")
     tiny_policy.device = torch.device("cuda")

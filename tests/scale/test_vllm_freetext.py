@@ -35,7 +35,7 @@ def test_vllm_chat_rollout_is_token_in_token_out(monkeypatch, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _GPU, reason="needs vLLM and an NVIDIA GPU (benchmarks/gpu_check.sh)")
+@pytest.mark.skipif(not _GPU, reason="needs vLLM and an NVIDIA GPU (benchmarks/scale/gpu_check.sh)")
 def test_real_vllm_chat_rollout_is_token_in_token_out(tmp_path):
     policy = _chat_policy()
     policy.model.to("cuda")

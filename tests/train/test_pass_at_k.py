@@ -1,5 +1,5 @@
 """pass@k, distinct solutions and read-only sampling of a trained run (cairn.train.pass_at_k),
-the measure of SGE's claim in benchmarks/pass_at_k.py."""
+the measure of SGE's claim in benchmarks/exploration/pass_at_k.py."""
 
 from __future__ import annotations
 

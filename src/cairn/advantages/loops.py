@@ -3,7 +3,7 @@ definitions. (Not the KL reference policy: that is ``cairn.policies.lora.referen
 
 These are the parity references for the vectorised estimators in cairn.advantages (checked
 against them in tests/advantages/test_equivalence.py) and the "plain loop" timed by
-benchmarks/advantages.py. They avoid numpy on purpose except to read the columns and to
+benchmarks/speed/advantages.py. They avoid numpy on purpose except to read the columns and to
 return the result. Not registered: ``estimate`` never reaches them.
 """
 

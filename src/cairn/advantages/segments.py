@@ -9,7 +9,7 @@ Shapes: ``N`` rows (steps), ``n`` segments of whatever key is grouped.
 
 Object keys are factorised exactly with a dict in one C-level pass (a ``defaultdict``
 lookup per row); composite keys combine the columns' dense ids exactly. Keys equal under
-Python ``==``/``hash`` (e.g. ``1`` and ``1.0``) are one key. ``benchmarks/advantages.py``
+Python ``==``/``hash`` (e.g. ``1`` and ``1.0``) are one key. ``benchmarks/speed/advantages.py``
 compares this with hashing + sorting and with ``np.unique`` on fixed-width strings.
 """
 
@@ -80,7 +80,7 @@ def _factorize_object(values: np.ndarray) -> tuple[np.ndarray, int]:
     no Python-level call (an object's cached hash, e.g. an interned anchor string's, is not
     recomputed). Faster here than ``dict.setdefault`` with row indices made dense afterwards,
     than hashing + sorting + verifying, and than ``np.unique`` on fixed-width strings
-    (benchmarks/advantages.py).
+    (benchmarks/speed/advantages.py).
     """
     items = values.tolist()
     ids: defaultdict[object, int] = defaultdict(count().__next__)

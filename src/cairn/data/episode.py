@@ -66,7 +66,7 @@ class Step:
     def __post_init__(self) -> None:
         # Equal observation texts become one object with its hash computed once, here at
         # rollout time: anchor grouping then probes cached hashes and compares by identity
-        # (benchmarks/advantages.py), and a batch holds each distinct observation once.
+        # (benchmarks/speed/advantages.py), and a batch holds each distinct observation once.
         if type(self.anchor) is str:
             self.anchor = sys.intern(self.anchor)
 

@@ -1,5 +1,5 @@
 """A synthetic run directory, written through the real code paths: the report tests'
-fixture and benchmarks/report_size.py's runs (one builder for both).
+fixture and benchmarks/report/report_size.py's runs (one builder for both).
 
 Nothing is trained: a toy grid walk (agent, goal, walls at the border) stands in for the
 env and a policy whose pull toward the goal grows with the iteration stands in for

@@ -35,7 +35,7 @@ that branched after t_crit (their prefix holds the error); False elsewhere.
 A continuation that succeeds proves its start state recoverable; a probe whose X_m
 continuations all fail only suggests the state is lost, so with a weak policy the search
 can stop too early (t_crit below the true step). More continuations (``x_min``/``x_max``)
-trade budget for accuracy: ``benchmarks/error_search.py`` measures it against the
+trade budget for accuracy: ``benchmarks/credit/error_search.py`` measures it against the
 sokoban solver's exact answer. A continuation an env fault ended counts as not successful;
 an episode a fault ended is never searched.
 """

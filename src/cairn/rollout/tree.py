@@ -29,7 +29,7 @@ keeps one leaf while the live ones split, so the leaves' success rate is below t
 independent samples of the same policy (``benchmarks/results/speed/tree_sampling.md``).
 
 A child never recomputes its copied prefix (prefix sharing): only the turns after the split
-cost model tokens, which ``policy.forward_tokens`` counts (``benchmarks/tree_sampling.py``
+cost model tokens, which ``policy.forward_tokens`` counts (``benchmarks/speed/tree_sampling.py``
 compares against independent sampling). Every leaf is a complete episode whose rows carry
 the ``path`` of the node that generated them (``cairn.rollout.branching``), the input of
 the ``treepo`` estimator (and of ``arpo``/``elpo``, which read the same representation).

@@ -5,7 +5,7 @@ the negative log-likelihood of the answer tokens (mean over answer tokens of a m
 AdamW, shuffled each epoch by ``seed``. The same scoring path as the RL loss
 (``policy.score`` on a left-padded prompt + answer, answers right-aligned), so what it
 teaches is exactly what the policy loss later sees. Used by LADDER's warm-up
-(benchmarks/integration_warmup.py) and by the sokoban behaviour-cloning check.
+(benchmarks/exploration/integration_warmup.py) and by the sokoban behaviour-cloning check.
 """
 
 from __future__ import annotations

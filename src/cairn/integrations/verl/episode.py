@@ -12,7 +12,7 @@ reason is read off the ids (``finish_reason``). The ids sent to the server and t
 sampled are what is stored: nothing is decoded and encoded again between turns.
 
 verl-free, so that the turn loop is tested and timed without a server
-(``benchmarks/verl_overhead.py``).
+(``benchmarks/scale/verl_overhead.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,246 @@
+"""The embedded real model before and after RL on the three real-model presets.
+
+For each preset and seed: ``cairn train PRESET`` with ``seed``, a training-time budget
+(``train.time_budget_s``, evaluation excluded) and greedy evaluation at the start (the
+untrained model) and the end only, in its own process so its peak RSS is its own. Read back
+from the run folder:
+
+- held-out greedy success and format-error rate before and after (``eval/*`` at iteration 0
+  and at the last iteration; held-out seeds are ``eval.seed_offset + i``; countdown's
+  generator draws no instance whose target is the sum or the product of all its numbers);
+- the sampled (at the preset's temperature) format-error rate and success of the first and
+  last training iterations, and over the first and last three (per step: weighted by the
+  iterations' steps; one iteration of 16 episodes is a noisy estimate); likewise the rate
+  of invalid actions, format errors included (a well-formed call of a tool the env lacks
+  parses, so it is no format error, but it is an invalid action);
+- tokens generated per second of rollout (steps x mean completion tokens / ``time/rollout``)
+  and tokens through the model per second of update (``update/forward_tokens`` /
+  ``time/update``), medians over iterations;
+- peak RSS of the process.
+
+    nice python benchmarks/real/real_models.py --budget 600 --jobs 2
+    nice python benchmarks/real/real_models.py --presets sokoban_smol --set model.dtype=bfloat16 \
+        --out runs/real_bf16 --record benchmarks/results/real/sokoban_smol_bf16.md
+    python benchmarks/real/real_models.py --report-only   # the record from the runs on disk
+
+Runs go to ``runs/real/<preset>-s<seed>``; the record to
+``benchmarks/results/real/real_models.md`` (a hand-written reading is kept from the file
+already there, between the ``<!-- reading -->`` markers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+
+from cairn.train.records import write_record  # noqa: E402
+
+PRESETS = ("countdown_smol", "sokoban_smol", "search_qa_smol")
+RECORD = ROOT / "benchmarks" / "results" / "real" / "real_models.md"
+READING = re.compile(r"<!-- reading -->\n(.*?)<!-- /reading -->", re.DOTALL)
+_RUN = (
+    "import resource, sys; from cairn.cli import main; rc = main(sys.argv[1:]); "
+    "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True); "
+    "sys.exit(rc)"
+)
+
+
+def run_one(preset: str, seed: int, budget: float, out: Path, extra: list[str]) -> dict:
+    """Train ``preset`` with ``seed`` for ``budget`` seconds into ``out`` (``extra``:
+    further ``KEY=VALUE`` overrides); its result."""
+    folder = out / f"{preset}-s{seed}"
+    if (folder / "result.json").is_file():
+        return json.loads((folder / "result.json").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    sets = {
+        "seed": seed, "train.time_budget_s": budget, "train.iterations": 1000,
+        "eval.every": 0, "eval.at_start": "true", "out_dir": folder, "log.progress": "false",
+        "checkpoint.every": 1000,
+    }  # fmt: skip
+    cmd = [sys.executable, "-c", _RUN, "train", preset]
+    cmd += [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+    cmd += [x for kv in extra for x in ("--set", kv)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    t0 = time.time()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    (folder / "stdout.txt").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{preset} seed {seed} failed:\n{proc.stderr[-2000:]}")
+    peak = int(re.search(r"PEAK_RSS_KB (\d+)", proc.stdout).group(1))
+    result = summarize(folder, preset, seed, peak / 2**20, time.time() - t0)
+    (folder / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def resummarize(folder: Path) -> dict | None:
+    """A finished run's result read again from its folder (so a change to ``summarize``
+    reaches runs already done), keeping the peak RSS and wall time measured when it ran."""
+    if not (folder / "result.json").is_file():
+        return None
+    old = json.loads((folder / "result.json").read_text())
+    new = summarize(folder, old["preset"], old["seed"], old["peak_rss_gib"], old["wall_seconds"])
+    (folder / "result.json").write_text(json.dumps(new, indent=2) + "\n")
+    return new
+
+
+def summarize(folder: Path, preset: str, seed: int, peak_gib: float, wall: float) -> dict:
+    """The numbers of one finished run folder (module docstring)."""
+    (run,) = [p for p in folder.iterdir() if (p / "summary.json").is_file()]
+    summary = json.loads((run / "summary.json").read_text())
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
+    rows = [r for r in rows if "rollout/format_error_rate" in r]
+    evals = summary["evals"]
+    before, after = evals[0], evals[-1]
+    gen = [r["steps"] * r["rollout/completion_tokens"] / r["time/rollout"] for r in rows]
+    upd = [r["update/forward_tokens"] / r["time/update"] for r in rows]
+    return {
+        "preset": preset, "seed": seed, "iterations": summary["iterations"],
+        "episodes": summary["episodes"], "train_seconds": summary["train_seconds"],
+        "wall_seconds": round(wall, 1), "peak_rss_gib": round(peak_gib, 2),
+        "success_before": before["eval/success"], "success_after": after["eval/success"],
+        "eval_format_before": before["eval/format_error_rate"],
+        "eval_format_after": after["eval/format_error_rate"],
+        "sampled_format_first": rows[0]["rollout/format_error_rate"],
+        "sampled_format_last": rows[-1]["rollout/format_error_rate"],
+        "rollout_success_first": rows[0]["rollout/success"],
+        "rollout_success_last": rows[-1]["rollout/success"],
+        "sampled_format_first3": window(rows[:3], "rollout/format_error_rate"),
+        "sampled_format_last3": window(rows[-3:], "rollout/format_error_rate"),
+        "sampled_invalid_first3": window(rows[:3], "rollout/invalid_rate"),
+        "sampled_invalid_last3": window(rows[-3:], "rollout/invalid_rate"),
+        "rollout_success_first3": window(rows[:3], "rollout/success"),
+        "rollout_success_last3": window(rows[-3:], "rollout/success"),
+        "gen_tokens_per_s": round(median(gen), 1), "update_tokens_per_s": round(median(upd), 1),
+        "seconds_per_iteration": round(median(r["time/iteration"] for r in rows), 1),
+    }  # fmt: skip
+
+
+def window(rows: list[dict], key: str) -> float:
+    """``key``'s per-step rate over ``rows`` (iterations), weighted by their steps."""
+    return round(sum(r[key] * r["steps"] for r in rows) / sum(r["steps"] for r in rows), 4)
+
+
+def spread(values: list[float], fmt: str = ".2f") -> str:
+    """``mean (min-max)`` of ``values``."""
+    mean = sum(values) / len(values)
+    return f"{mean:{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
+def table(results: list[dict]) -> str:
+    """One row per preset: mean (min-max) over seeds."""
+    cols = [
+        ("held-out success before", "success_before", ".2f"),
+        ("after", "success_after", ".2f"),
+        ("eval format errors before", "eval_format_before", ".2f"),
+        ("after", "eval_format_after", ".2f"),
+        ("sampled format errors, first 3 it.", "sampled_format_first3", ".2f"),
+        ("last 3 it.", "sampled_format_last3", ".2f"),
+        ("sampled invalid actions, first 3 it.", "sampled_invalid_first3", ".2f"),
+        ("last 3 it.", "sampled_invalid_last3", ".2f"),
+        ("sampled success, first 3 it.", "rollout_success_first3", ".2f"),
+        ("last 3 it.", "rollout_success_last3", ".2f"),
+        ("iterations", "iterations", ".0f"),
+        ("s/it", "seconds_per_iteration", ".0f"),
+        ("generated tok/s", "gen_tokens_per_s", ".0f"),
+        ("update tok/s", "update_tokens_per_s", ".0f"),
+        ("peak RSS GiB", "peak_rss_gib", ".1f"),
+    ]
+    lines = ["| preset | seeds | " + " | ".join(c[0] for c in cols) + " |"]
+    lines.append("|" + " --- |" * (len(cols) + 2))
+    for preset in dict.fromkeys(r["preset"] for r in results):
+        rs = [r for r in results if r["preset"] == preset]
+        seeds = ",".join(str(r["seed"]) for r in rs)
+        cells = [spread([r[k] for r in rs], f) for _, k, f in cols]
+        lines.append(f"| {preset} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def per_seed(results: list[dict]) -> str:
+    keys = ["preset", "seed", "success_before", "success_after", "eval_format_before",
+            "eval_format_after", "sampled_format_first", "sampled_format_last",
+            "sampled_invalid_first3", "sampled_invalid_last3",
+            "rollout_success_first", "rollout_success_last", "iterations", "train_seconds",
+            "peak_rss_gib"]  # fmt: skip
+    lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
+    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in results]
+    return "\n".join(lines)
+
+
+def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
+    old = args.record.read_text() if args.record.is_file() else ""
+    found = READING.search(old)
+    reading = found.group(1) if found else "(to be written after reading the runs)\n"
+    cmd = (
+        f"nice python benchmarks/real/real_models.py --budget {args.budget:g} --jobs {args.jobs} "
+        f"--seeds {' '.join(map(str, args.seeds))}"
+    )
+    if list(args.presets) != list(PRESETS):
+        cmd += f" --presets {' '.join(args.presets)}"
+    if args.record != RECORD:
+        cmd += f" --record {args.record.relative_to(ROOT)}"
+    cmd += "".join(f" --set {kv}" for kv in args.set)
+    return f"""# The embedded real model (SmolLM2-135M-Instruct, LoRA) before and after RL
+
+Command: `{cmd}` (each run: `cairn train PRESET --set seed=S --set
+train.time_budget_s={args.budget:g} --set eval.every=0`, greedy evaluation of the untrained
+model first and of the trained one at the end). Machine: 2 CPU cores, torch CPU, 1 thread
+per run; {load}. Mean (min-max) over seeds; held-out instances are the presets' eval seeds.
+
+{table(results)}
+
+### Per seed
+
+{per_seed(results)}
+
+### Reading
+
+<!-- reading -->
+{reading}<!-- /reading -->
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--presets", nargs="+", default=list(PRESETS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--budget", type=float, default=600.0, help="training seconds per run")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (one core each)")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "real")
+    p.add_argument("--load", default="", help="what else ran, for the record")
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--record", type=Path, default=RECORD, help="the record file to write")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run"
+    )
+    args = p.parse_args(argv)
+    # seed-major: with --jobs 2 the runs that start together are different presets, so
+    # two search_qa_smol runs (up to 10.8 GiB each) do not share the machine's memory
+    todo = [(preset, seed) for seed in args.seeds for preset in args.presets]
+    if args.report_only:
+        results = [resummarize(args.out / f"{p}-s{s}") for p, s in todo]
+        results = [r for r in results if r is not None]
+    else:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(lambda t: run_one(*t, args.budget, args.out, args.set), todo))
+    for r in results:
+        print(json.dumps(r))
+    load = args.load or f"{args.jobs} run(s) at once"
+    args.record = args.record.resolve()
+    write_record(args.record, record(results, args, load))
+    print(f"wrote {args.record.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

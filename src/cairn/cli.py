@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 # Start-up: `cairn --version`, `presets`, `config`, `--help` and a config error answer in well
-# under 0.5 s (benchmarks/cli_speed.py), so this module imports no torch, transformers, env,
+# under 0.5 s (benchmarks/speed/cli_speed.py), so this module imports no torch, transformers, env,
 # rich or config schema at the top; each command imports what it needs.
 CONFIG_HELP = "a YAML file or a preset name (cairn presets)"
 SET_HELP = "override one config key; the value is YAML (repeatable; cairn config --keys)"
@@ -260,12 +260,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         done = export_run(Path(args.run_dir), Path(args.out), merge=args.merge, force=args.force)
     except ExportError as err:
-        console.print(f"[red]error:[/red] {escape(str(err))}")
+        _error_line(str(err))
         return 2
     what = {"model": "model", "merged": "merged model", "adapter": "LoRA adapter"}[done.kind]
-    console.print(f"{what} of {done.checkpoint} written to {escape(str(done.out))}")
+    say(f"{what} of {done.checkpoint} written to {done.out}")
     if done.base is not None:
-        console.print(f"its base model: {escape(done.base)}")
+        say(f"its base model: {done.base}")
     return 0
 
 

@@ -274,9 +274,10 @@ def tiny_key_problems(cfg: Config) -> tuple[list[str], list[str]]:
 
 
 def warn_tiny_keys(notes: list[str]) -> None:
-    """Each note as a ``TinyKeyWarning``."""
+    """Each note as a ``TinyKeyWarning``, attributed to ``check_config``: the same note from
+    the CLI's check and the trainer's is shown once (Python's default warning filter)."""
     for note in notes:
-        warnings.warn(note, TinyKeyWarning, stacklevel=3)
+        warnings.warn(note, TinyKeyWarning, stacklevel=2)
 
 
 def _word_level_tool_calls(cfg: Config) -> str | None:

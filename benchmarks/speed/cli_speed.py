@@ -4,8 +4,8 @@ train --help``, ``cairn config PRESET`` and an env option error (the preflight b
 env). Each under 0.5 s is the aim; they took 4-8 s when importing the config pulled in
 torch and transformers.
 
-    python benchmarks/cli_speed.py [--repeats 7] [--src PATH]   # PATH: another source tree
-    python benchmarks/cli_speed.py --dry                        # 2 repeats, no file
+    python benchmarks/speed/cli_speed.py [--repeats 7] [--src PATH]   # PATH: another source tree
+    python benchmarks/speed/cli_speed.py --dry                        # 2 repeats, no file
 
 Every command runs ``--repeats`` times, each in a fresh interpreter (``python -m
 cairn.cli``), commands interleaved so that a change in the machine's load hits all alike.
@@ -30,8 +30,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "results" / "speed"
-SRC = Path(__file__).resolve().parents[1] / "src"
+OUT = Path(__file__).resolve().parents[1] / "results" / "speed"
+SRC = Path(__file__).resolve().parents[2] / "src"
 LIMIT_S = 0.5
 
 #: (what, argv after ``cairn``, expected exit status)
@@ -112,7 +112,7 @@ def main() -> None:
         "# Command-line start-up: answers that need no run\n\n"
         f"Measured {date.today()} on {platform.machine()} ({os.cpu_count()} cores, Python "
         f"{platform.python_version()}), load average {load_before:.1f} before and "
-        f"{load_after:.1f} after, by `python benchmarks/cli_speed.py --repeats {repeats}"
+        f"{load_after:.1f} after, by `python benchmarks/speed/cli_speed.py --repeats {repeats}"
         f"{' --src ' + str(args.src) if args.src else ''}`: each command {repeats} times in "
         "a fresh interpreter, interleaved. Wall time grows with the machine's load; the "
         "child's CPU time much less. The three commands in bold are the aim "

@@ -3,7 +3,7 @@
     nice -n 19 python benchmarks/faults/faults.py  # every part, writes results/faults/faults.md
     python benchmarks/faults/faults.py --only actions,cli --quick  # a smaller pass, prints only
 
-Six parts, each a section of the record:
+Seven parts, each a section of the record:
 
 - ``kill``: a tiny run of each of three presets (EMPO2 memory, a PPO critic, plain GiGPO)
   is SIGKILLed at seeded random moments: a phase of the uninterrupted run (setup and the
@@ -34,6 +34,12 @@ Six parts, each a section of the record:
 - ``parsers``: hostile completions (deep nesting, huge numbers, NaN, duplicate keys,
   control characters, long strings) through ``parse_action`` in every action format: no
   exception may escape.
+- ``hostile``: attacks as real ``cairn`` processes: a second compare into a live
+  ``--out``, a model folder with an ``auto_map`` and ``y`` on stdin, ``kill -9`` of a
+  trainer with process workers (workers left?), a gzip bomb under ``inspect`` (peak RSS),
+  FIFOs as run files under inspect / resume / eval, a config.yaml linked to /etc/passwd, a
+  SafetensorError in a checkpoint write, unbounded env sizes, ``optim.lr=1e30``, evals
+  racing ``checkpoint.keep=1``, SIGHUP, and 200 concurrent ``--serve`` requests.
 """
 
 from __future__ import annotations
@@ -959,6 +965,392 @@ def part_parsers(n: int, seed: int) -> tuple[list[list[Any]], str]:
     return rows, body
 
 
+# -- hostile round 3 -----------------------------------------------------------------------------
+HOSTILE_SETS = [
+    "train.time_budget_s=null",
+    "rollout.groups=2",
+    "eval.episodes=2",
+    "eval.every=0",
+    "eval.at_start=false",
+    "train.threads=1",
+    "checkpoint.every=1",
+    "log.progress=false",
+]
+
+
+def _cli_proc(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+    """``cairn ARGV`` as a real process (stdin closed unless ``input`` is given)."""
+    kwargs.setdefault("timeout", 300)
+    return subprocess.run(
+        [sys.executable, "-m", "cairn.cli", *argv], capture_output=True, text=True, **kwargs
+    )
+
+
+def _sets(items: list[str]) -> list[str]:
+    return [x for s in items for x in ("--set", s)]
+
+
+def _one_line_error(res: subprocess.CompletedProcess, *words: str) -> bool:
+    """Ended with a non-zero status, no traceback, one ``error:`` line holding ``words``."""
+    errors = [line for line in res.stdout.splitlines() if line.startswith("error:")]
+    return (
+        res.returncode != 0
+        and "Traceback" not in res.stdout + res.stderr
+        and len(errors) == 1
+        and all(w in errors[0] for w in words)
+    )
+
+
+def _wait_for(cond: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
+
+
+def _hostile_compare(work: Path) -> list[Any]:
+    out = work / "cmp"
+    sets = _sets([*HOSTILE_SETS, "train.iterations=30"])
+    argv = [sys.executable, "-m", "cairn.cli", "compare", "sokoban_gigpo", "--seeds", "1"]
+    first = subprocess.Popen(
+        [*argv, *sets, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lock = out / "sokoban_gigpo" / "seed0" / "run.lock"
+    _wait_for(lambda: lock.exists() and lock.read_text().strip(), 120)
+    second = _cli_proc(["compare", "sokoban_gigpo", "--seeds", "1", *sets, "--out", str(out)])
+    first.communicate(timeout=600)
+    rows = _metrics(out / "sokoban_gigpo" / "seed0")
+    ok = (
+        _one_line_error(second, "compare.lock")
+        and first.returncode == 0
+        and [r["iteration"] for r in rows] == list(range(1, 31))
+    )
+    return ["a second `cairn compare` into a live `--out`", 1, int(ok), int(not ok)]
+
+
+def _hostile_remote_code(work: Path) -> list[Any]:
+    folder, marker = work / "model", work / "MARKER"
+    folder.mkdir()
+    auto_map = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+    (folder / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": auto_map}))
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    sets = _sets([*HOSTILE_SETS, "train.iterations=1", f"out_dir={work / 'runs'}"])
+    res = _cli_proc(["train", *sets, "--set", f"model.path={folder}"], input="y\n" * 4)
+    ok = not marker.exists() and _one_line_error(res, "trust_remote_code=False")
+    return ["a model folder with an `auto_map`, `y` on stdin", 1, int(ok), int(not ok)]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = (entry / "stat").read_text()
+            if int(text[text.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return text[text.rindex(")") + 2 :].split()[0] in ("Z", "X")
+
+
+def _hostile_orphans(work: Path, kills: int = 3) -> list[Any]:
+    left = 0
+    for k in range(kills):
+        sets = [
+            *HOSTILE_SETS,
+            "train.iterations=500",
+            "rollout.workers=2",
+            "rollout.worker_backend=process",
+            f"out_dir={work / str(k)}",
+        ]
+        trainer = subprocess.Popen(
+            [sys.executable, "-m", "cairn.cli", "train", *_sets(sets)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_for(lambda: len(_children(trainer.pid)) >= 4, 120)  # noqa: B023
+        _wait_for(lambda: any((work / str(k)).rglob("metrics.jsonl")), 120)  # noqa: B023
+        workers = _children(trainer.pid)
+        trainer.kill()
+        trainer.wait()
+        _wait_for(lambda: all(_gone(w) for w in workers), 5)  # noqa: B023
+        stayed = [w for w in workers if not _gone(w)]
+        left += len(stayed)
+        for w in stayed:  # leave nothing behind on this machine
+            with contextlib.suppress(OSError):
+                os.kill(w, signal.SIGKILL)
+    return [
+        f"`kill -9` of a trainer with 2 process workers ({kills} times)",
+        kills,
+        f"{kills} ({left} workers left after 5 s)",
+        int(left > 0),
+    ]
+
+
+def _run_folder_with(work: Path, name: str) -> Path:
+    run = work / name
+    (run / "trajectories").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "metrics.jsonl").write_text('{"iteration": 1}\n')
+    return run
+
+
+def _hostile_bomb(work: Path) -> list[Any]:
+    import zlib
+
+    run = _run_folder_with(work, "bomb")
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    pad = "a" * (4 * 2**20)
+    with (run / "trajectories" / "iter_000002.jsonl.gz").open("wb") as f:
+        for i in range(1535):  # the reported bomb: 1,535 lines of 4 MiB
+            line = json.dumps({"group": i, "text": pad}) + "\n"
+            f.write(comp.compress(line.encode()))
+        f.write(comp.flush())
+    size = (run / "trajectories" / "iter_000002.jsonl.gz").stat().st_size
+    code = (
+        "import resource, sys; from cairn.cli import main; rc = main(sys.argv[1:]); "
+        "print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, "inspect", str(run), "--out", str(work / "bomb.html")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    peak_mb = int(res.stdout.split("peak")[-1]) / 1024 if "peak" in res.stdout else float("inf")
+    ok = res.returncode == 0 and "Traceback" not in res.stderr and peak_mb < 1024
+    what = f"a {size / 2**20:.1f} MB gzip bomb (6.0 GiB of 4 MiB lines), `cairn inspect`"
+    return [what, 1, f"{int(ok)} (peak {peak_mb:.0f} MB)", int(not ok)]
+
+
+def _hostile_fifos(work: Path) -> list[Any]:
+    done = ok = 0
+    for name in ("config.yaml", "metrics.jsonl", "summary.json"):
+        for argv in (["inspect"], ["train", "--resume"], ["eval"]):
+            run = _run_folder_with(work, f"fifo-{name}-{argv[0]}")
+            (run / name).unlink(missing_ok=True)
+            os.mkfifo(run / name)
+            try:
+                res = _cli_proc([*argv, str(run)], timeout=120)
+                good = res.returncode != 0 and "Traceback" not in res.stdout + res.stderr
+            except subprocess.TimeoutExpired:
+                good = False
+            done, ok = done + 1, ok + int(good)
+    return [
+        "a FIFO as config.yaml / metrics.jsonl / summary.json: inspect, resume, eval",
+        done,
+        ok,
+        done - ok,
+    ]
+
+
+def _hostile_symlink(work: Path) -> list[Any]:
+    run = _run_folder_with(work, "linked")
+    (run / "config.yaml").unlink()
+    (run / "config.yaml").symlink_to("/etc/passwd")
+    res = _cli_proc(["inspect", str(run), "--out", str(work / "linked.html")])
+    leaked = (work / "linked.html").exists() and "root:" in (work / "linked.html").read_text()
+    ok = not leaked and _one_line_error(res, "symbolic link leading out of")
+    return ["config.yaml linked to /etc/passwd, `cairn inspect`", 1, int(ok), int(not ok)]
+
+
+def _hostile_checkpoint_writer(work: Path) -> list[Any]:
+    code = (
+        "import sys; from safetensors import SafetensorError; import cairn.train.checkpoint as c\n"
+        "def full(*a, **k):\n"
+        "    raise SafetensorError('Error while serializing: No space left on device')\n"
+        "c.save_file = full\n"
+        "from cairn.cli import main; sys.exit(main(sys.argv[1:]))\n"
+    )
+    sets = _sets([*HOSTILE_SETS, "train.iterations=2", f"out_dir={work / 'ckpt'}"])
+    res = subprocess.run(
+        [sys.executable, "-c", code, "train", *sets], capture_output=True, text=True, timeout=300
+    )
+    tmp_left = list((work / "ckpt").rglob(".iter_*.tmp"))
+    ok = _one_line_error(res, "could not be written (SafetensorError") and not tmp_left
+    return ["SafetensorError (disk full) in a checkpoint write", 1, int(ok), int(not ok)]
+
+
+def _hostile_bounds(work: Path) -> list[Any]:
+    cases = [
+        "env.options.size=2000",
+        "env.options.max_steps=1000000000000",
+        "env.name=frozenlake",
+        "env.name=countdown",
+    ]
+    argvs = [[cases[0]], [cases[1]], [cases[2], cases[1]], [cases[3], cases[1]]]
+    ok = 0
+    for extra in argvs:
+        res = _cli_proc(["train", *_sets([*HOSTILE_SETS, f"out_dir={work / 'b'}", *extra])])
+        ok += int(res.returncode == 2 and "Traceback" not in res.stdout + res.stderr)
+    return [
+        "sokoban `size: 2000`, `max_steps: 1e12` on sokoban/frozenlake/countdown",
+        len(argvs),
+        ok,
+        len(argvs) - ok,
+    ]
+
+
+def _hostile_divergence(work: Path) -> list[Any]:
+    ok = 0
+    for every in (1, 5):  # caught before a checkpoint; caught when sampling
+        sets = [
+            *HOSTILE_SETS,
+            "train.iterations=3",
+            "optim.lr=1e30",
+            "optim.max_grad_norm=1e30",
+            f"checkpoint.every={every}",
+            f"out_dir={work / f'div{every}'}",
+        ]
+        ok += int(_one_line_error(_cli_proc(["train", *_sets(sets)]), "diverged", "optim.lr"))
+    return ["`optim.lr=1e30`, `max_grad_norm=1e30`", 2, ok, 2 - ok]
+
+
+def _hostile_eval_prune(work: Path, evals: int = 7) -> list[Any]:
+    sets = [*HOSTILE_SETS, "train.iterations=400", "checkpoint.keep=1", f"out_dir={work / 'ev'}"]
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "cairn.cli", "train", *_sets(sets)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: any((work / "ev").rglob("checkpoints/latest")), 120)
+        run = next((work / "ev").iterdir())
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cairn.cli",
+                    "eval",
+                    str(run),
+                    "--out",
+                    str(work / f"e{i}.json"),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(evals)
+        ]
+        results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+    finally:
+        trainer.kill()
+        trainer.wait()
+    good = sum(
+        1
+        for rc, out, err in results
+        if "Traceback" not in out + err
+        and "model.path" not in out
+        and (rc == 0 or "was pruned while it was read" in out)
+    )
+    return [
+        f"{evals} `cairn eval` against a live run with `checkpoint.keep=1`",
+        evals,
+        good,
+        evals - good,
+    ]
+
+
+def _hostile_sighup(work: Path) -> list[Any]:
+    sets = [*HOSTILE_SETS, "train.iterations=500", f"out_dir={work / 'hup'}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn.cli", "train", *_sets(sets)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for(lambda: any((work / "hup").rglob("checkpoints/latest")), 120)
+    proc.send_signal(signal.SIGHUP)
+    out, _ = proc.communicate(timeout=120)
+    ok = proc.returncode == 129 and "terminated (SIGHUP)" in out and "is intact" in out
+    return ["SIGHUP during a run", 1, int(ok), int(not ok)]
+
+
+def _hostile_serve(work: Path) -> list[Any]:
+    import selectors
+    import socket
+    import threading
+
+    from cairn.report.html import serve
+
+    page = work / "page.html"
+    page.write_bytes(b"<html>" + b"x" * 200_000 + b"</html>")
+    box: dict[str, Any] = {}
+    threading.Thread(
+        target=serve,
+        args=(page, 0),
+        daemon=True,
+        kwargs={"seconds": 120, "ready": lambda u, s: box.update(s=s)},
+    ).start()
+    _wait_for(lambda: "s" in box, 10)
+    port = box["s"].server_address[1]
+    socks = [socket.socket() for _ in range(200)]
+    sel = selectors.DefaultSelector()
+    for s in socks:
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        sel.register(s, selectors.EVENT_WRITE)
+    got, done = dict.fromkeys(socks, 0), set()
+    request = f"GET / HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    deadline = time.monotonic() + 40
+    while len(done) < len(socks) and time.monotonic() < deadline:
+        for key, events in sel.select(timeout=0.2):
+            s = key.fileobj
+            if events & selectors.EVENT_WRITE:
+                with contextlib.suppress(OSError):
+                    s.send(request)
+                    sel.modify(s, selectors.EVENT_READ)
+                continue
+            data = b""
+            with contextlib.suppress(OSError):
+                data = s.recv(1 << 16)
+            got[s] += len(data)
+            if not data:
+                done.add(s)
+                sel.unregister(s)
+    box["s"].shutdown()
+    answered = sum(1 for s in done if got[s] > 100_000)
+    return ["200 concurrent requests to `inspect --serve` (40 s)", 200, answered, 200 - answered]
+
+
+def part_hostile(work: Path, quick: bool) -> tuple[list[list[Any]], str]:
+    """The third hostile round's attacks, each reproduced as it was reported."""
+    steps = [
+        _hostile_compare,
+        _hostile_remote_code,
+        lambda w: _hostile_orphans(w, 1 if quick else 3),
+        _hostile_fifos,
+        _hostile_symlink,
+        _hostile_checkpoint_writer,
+        _hostile_bounds,
+        _hostile_divergence,
+        lambda w: _hostile_eval_prune(w, 3 if quick else 7),
+        _hostile_sighup,
+        _hostile_serve,
+    ]
+    if not quick:
+        steps.insert(3, _hostile_bomb)
+    rows = []
+    for k, step in enumerate(steps):
+        (work / str(k)).mkdir()
+        rows.append(step(work / str(k)))
+    body = (
+        "Each attack of the third hostile round (issue 37) as a real `cairn` process on "
+        "the tiny default model. Survived: it ended in one line (or was handled) with no "
+        "traceback, no data lost, no code run, no process left, and bounded memory (the "
+        "bomb's peak RSS in its row)."
+    )
+    return rows, body
+
+
 def table(rows: list[list[Any]]) -> str:
     head = "| injected | times | survived | lost |\n|---|---|---|---|\n"
     return head + "\n".join(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows)
@@ -996,6 +1388,7 @@ TITLES = {
     "cli": "fuzzed CLI and config input",
     "checkpoint": "planted checkpoint and run files, resumed",
     "parsers": "hostile completions through the action parsers",
+    "hostile": "compare races, remote code, orphaned workers, bombs and FIFOs",
 }
 
 
@@ -1003,7 +1396,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--only",
-        default="kill,env,actions,cli,checkpoint,parsers",
+        default="kill,env,actions,cli,checkpoint,parsers,hostile",
         help="parts; kill-PRESET: one preset's kills",
     )
     p.add_argument("--kills", type=int, default=20)
@@ -1033,6 +1426,8 @@ def main() -> int:
                 rows, body = part_checkpoint(work / part)
             elif part == "parsers":
                 rows, body = part_parsers(args.parsers, args.seed)
+            elif part == "hostile":
+                rows, body = part_hostile(work / part, args.quick)
             else:
                 rows, body = part_cli(args.cli, args.seed, work / part)
             total_lost += sum(int(r[3]) for r in rows)

@@ -7,16 +7,93 @@ worker process starts by importing only the env it runs.
 a worker in a fresh interpreter (a Ray actor, a spawned process) registers it before
 building, so an env registered in the driver (``cairn.envs.register``) is known there too.
 Its module must be importable on the worker (installed, or on its ``PYTHONPATH``).
+
+A worker dies with the process it serves (`watch_parent`): a trainer killed with SIGKILL
+(or by the out-of-memory killer) leaves no worker behind. A forked or spawned worker asks
+Linux for a parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGKILL)``) and also runs a
+watchdog thread that exits once it has been re-parented (the portable fallback, and the
+guard for a parent that died before the signal was set); a Ray actor on the driver's
+machine runs the same watchdog on the driver's pid.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
+import signal
+import socket
+import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EnvFactory", "EnvFault", "EnvFaultRateError", "EnvHost", "serve"]
+__all__ = ["EnvFactory", "EnvFault", "EnvFaultRateError", "EnvHost", "Parent", "serve"]
+
+WATCH_INTERVAL_S = 0.5  # how often a worker's watchdog looks for its parent
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@dataclass(frozen=True)
+class Parent:
+    """The process a worker serves: its pid and host; ``child``: the worker is its child
+    (forked or spawned: watched through re-parenting), else a Ray actor (watched by pid,
+    only on the same host); ``signal``: ask for the parent-death signal (only when the
+    worker was started from the parent's main thread, as Linux sends it when the starting
+    thread ends)."""
+
+    pid: int
+    host: str
+    child: bool = True
+    signal: bool = True
+
+    @classmethod
+    def here(cls, child: bool = True) -> Parent:
+        main = threading.current_thread() is threading.main_thread()
+        return cls(os.getpid(), socket.gethostname(), child, child and main)
+
+
+def _death_signal() -> None:
+    """Linux: SIGKILL this process when its parent (thread) dies; elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def _alive(parent: Parent) -> bool:
+    if parent.child:
+        return os.getppid() == parent.pid
+    try:
+        os.kill(parent.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watch_parent(parent: Parent | None) -> None:
+    """Exit this worker (status 0, no clean-up: there is no one to answer) once ``parent``
+    is gone; see the module docstring. Nothing for a Ray actor on another host."""
+    if parent is None or (not parent.child and parent.host != socket.gethostname()):
+        return
+    if parent.child and os.getppid() != parent.pid:  # a fork server's child (or orphaned)
+        parent = Parent(parent.pid, parent.host, child=False, signal=False)  # watch the pid
+    if parent.signal:
+        _death_signal()
+    if not _alive(parent):  # it died before the signal was asked for
+        os._exit(0)
+
+    def watch() -> None:
+        while _alive(parent):
+            time.sleep(WATCH_INTERVAL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="cairn-parent-watchdog", daemon=True).start()
 
 
 class EnvFault(Exception):
@@ -65,9 +142,10 @@ class EnvHost:
     """The envs of one worker, by slot; every call answers with the env's current
     instruction, a ``reset`` also with the env's ``CONSTANTS`` (a dict)."""
 
-    def __init__(self, factory: Callable[[], Any]):
+    def __init__(self, factory: Callable[[], Any], parent: Parent | None = None):
         self.factory = factory
         self.envs: dict[int, Any] = {}
+        watch_parent(parent)  # a Ray actor: dies with the driver (same host)
 
     def call(self, slot: int, method: str, args: tuple, kwargs: dict) -> tuple[Any, ...]:
         if method == "__rebuild__":  # after a fault: the next call builds a new env
@@ -101,9 +179,10 @@ class EnvHost:
         self.envs = {}
 
 
-def serve(conn: Any, factory: Callable[[], Any]) -> None:
-    """Worker process loop: answer (slot, method, args, kwargs) requests in order."""
-    host = EnvHost(factory)
+def serve(conn: Any, factory: Callable[[], Any], parent: Parent | None = None) -> None:
+    """Worker process loop: answer (slot, method, args, kwargs) requests in order; exits
+    when ``parent`` dies (`watch_parent`)."""
+    host = EnvHost(factory, parent)
     while True:
         msg = conn.recv()
         if msg is None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn._env_host import EnvFault, EnvFaultRateError
 from cairn._errors import ConfigError
+from cairn._files import UnsafeFile, check_regular
 from cairn.data.rundir import RunLock, RunLocked
 from cairn.integrations.verl import data as verl_data
 
@@ -224,15 +225,18 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
     return 0
 
 
-def _plot(figure: str, *args: Any) -> None:
-    """``cairn.report.plots.<figure>(*args)`` once the results are on disk. Plots are drawn
-    here, not by the trainer (train/ never imports report/); they never fail a command."""
+def _plot(figure: str, *args: Any) -> bool:
+    """``cairn.report.plots.<figure>(*args)`` once the results are on disk; whether it drew.
+    Plots are drawn here, not by the trainer (train/ never imports report/); a failure is a
+    line, never a traceback."""
     try:
         from cairn.report import plots
 
         getattr(plots, figure)(*args)
     except Exception as err:
         say(f"plotting failed: {err}", "yellow")
+        return False
+    return True
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -276,7 +280,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     out = Path(args.out or f"runs/compare-{datetime.now():%Y%m%d-%H%M%S}")
     summary = compare(args.configs, args.seeds, out, args.overrides, args.target, args.jobs)
-    _plot("plot_compare_dir", summary, out)
+    plotted = _plot("plot_compare_dir", summary, out) and (out / "curves.png").is_file()
     from rich.table import Table
 
     table = Table(title=f"episodes to success {summary['target']}")
@@ -292,14 +296,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"{c['final_success_mean']:.3f}" + ("" if ci is None else f" ± {ci:.3f}"),
         )
     _console().print(table)
-    say(f"results: {out}/compare.md, {out}/curves.png")
+    say(f"results: {out}/compare.md" + (f", {out}/curves.png" if plotted else ""))
+    reported = True
     try:
         from cairn.report.html import build_compare_report
 
         say(f"report: {build_compare_report(out)}")
     except Exception as err:  # the HTML form never loses the comparison's results
         say(f"HTML report failed: {err}", "yellow")
-    return 0
+        reported = False
+    if plotted and reported:
+        return 0
+    missing = [n for n, ok in (("curves.png", plotted), ("compare.html", reported)) if not ok]
+    say(
+        f"{' and '.join(missing)} not written; the results in {out}/compare.json "
+        "and compare.md are complete (exit status 1)",
+        "yellow",
+    )
+    return 1
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -421,35 +435,47 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the run is (handled like Ctrl-C: checkpoints stay intact)."""
+    """SIGTERM or SIGHUP, raised where the run is (handled like Ctrl-C: checkpoints stay
+    intact)."""
 
-    signame = "SIGTERM"
+    def __init__(self, signame: str = "SIGTERM"):
+        super().__init__(signame)
+        self.signame = signame
 
 
 @contextmanager
 def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM stops a run like Ctrl-C (a message, the checkpoint intact, resumable); only
-    where handlers can be set (the main thread)."""
+    """SIGTERM and SIGHUP (a closed terminal or ssh session) stop a run like Ctrl-C (a
+    message, the checkpoint intact, resumable); only where handlers can be set (the main
+    thread)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def terminate(signum: int, frame: Any) -> None:
-        raise Terminated()
+        raise Terminated(signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    stops = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    previous = {sig: signal.signal(sig, terminate) for sig in stops}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run(trainer: Trainer, run_dir: Path) -> dict[str, Any]:
     """``trainer.run()``; an OS error while it writes (ENOSPC, EROFS) is one line naming the
     intact checkpoint (checkpoints and config.yaml are written atomically; a torn metrics
     line is dropped on resume)."""
+    from cairn.train.divergence import TrainingDiverged
+
     try:
         return trainer.run()
+    except TrainingDiverged as err:
+        if os.environ.get("CAIRN_TRACEBACK"):
+            raise
+        raise RunStopped(f"{err}; {_diverged_hint(run_dir)}") from err
     except OSError as err:
         if os.environ.get("CAIRN_TRACEBACK"):
             raise
@@ -471,6 +497,8 @@ def _resumable(run_dir: Path, config: str | None) -> Path:
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
     try:
+        for name in ("config.yaml", "metrics.jsonl", "summary.json", "amendments.jsonl"):
+            check_regular(run_dir / name, root=run_dir)  # a FIFO would hang the resume
         ckpt = _quiet_latest(run_dir)
     except (OSError, ValueError) as err:
         raise ConfigError(f"--resume {run_dir}: {err}") from None
@@ -579,6 +607,16 @@ def _interrupt_message(err: KeyboardInterrupt) -> str:
     return f"{what}: {ckpt} is intact; resume with cairn train --resume {run_dir}"
 
 
+def _diverged_hint(run_dir: Path) -> str:
+    ckpt = _intact_checkpoint(run_dir)
+    if ckpt is None:
+        return f"no checkpoint of {run_dir} yet: start again with a lower optim.lr"
+    return (
+        f"{ckpt} (written before) is intact; resume with cairn train --resume {run_dir} "
+        "--set optim.lr=<lower>"
+    )
+
+
 def _resume_hint(run_dir: Path) -> str:
     ckpt = _intact_checkpoint(run_dir)
     if ckpt is None:
@@ -622,7 +660,9 @@ def main(argv: list[str] | None = None) -> int:
         "export": cmd_export,
         "verl-data": verl_data.command,
     }
-    one_line = (ConfigError, RunNotStarted, RunStopped, RunLocked, EnvFaultRateError, EnvFault)
+    one_line = (
+        ConfigError, RunNotStarted, RunStopped, RunLocked, EnvFaultRateError, EnvFault, UnsafeFile
+    )  # fmt: skip
     try:
         return handler[args.command](args)
     except one_line as err:  # one line; an EnvFault here came from an env call outside a
@@ -632,10 +672,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as err:
         say(_interrupt_message(err), "yellow")
-        return 143 if getattr(err, "signame", "SIGINT") == "SIGTERM" else 130
+        return _SIGNAL_STATUS.get(getattr(err, "signame", "SIGINT"), 130)
     except BrokenPipeError:  # the reader went away (cairn config --keys | head): quietly
         _silence_stdout()
         return 0
+
+
+_SIGNAL_STATUS = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}  # 128 + the signal number
 
 
 def _silence_stdout() -> None:

@@ -145,3 +145,30 @@ def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypa
     monkeypatch.setattr(ev, "evaluate_checkpoint", broken)
     with pytest.raises(ValueError, match="bad weights"):
         ev.evaluate_run(run, episodes=2)
+
+
+def test_eval_racing_pruning_names_the_prune_not_the_model_path(tmp_path, monkeypatch):
+    """Issue 37 item 9: with checkpoint.keep=1 every checkpoint eval picked was pruned while
+    read; old code ended with the loader's "point model.path at a local folder"."""
+    import itertools
+
+    import cairn.train.evaluate as ev
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("name: x\nenv: {name: sokoban}\ncheckpoint: {keep: 1}\n")
+    numbers = itertools.count(200)
+    monkeypatch.setattr(
+        ev, "newest_checkpoint", lambda _: run / "checkpoints" / f"iter_{next(numbers):06d}"
+    )
+
+    def load(cfg, ckpt):  # the folder is gone by the time the weights are read
+        raise ValueError(
+            f"cannot load checkpoint {ckpt} from local safetensors files (Repo id must be in "
+            "the form 'repo_name'); point model.path at a local folder with model.safetensors"
+        )
+
+    monkeypatch.setattr(ev, "evaluate_checkpoint", load)
+    with pytest.raises(ev.CheckpointPruned, match=r"was pruned while it was read .*keep=1") as err:
+        ev.evaluate_run(run, episodes=2)
+    assert "model.path" not in str(err.value)

@@ -272,6 +272,27 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, monkeypatch, capsys):
     assert _rows(run) == [1, 2]
 
 
+def test_sighup_is_handled_like_sigterm(tmp_path, monkeypatch, capsys):
+    # Issue 37: SIGHUP (a closed terminal) ended a run with no message and no hint.
+    def not_handled(signum, frame):  # the default would end the test process itself
+        raise AssertionError("SIGHUP reached the default handler")
+
+    previous = signal.signal(signal.SIGHUP, not_handled)
+    try:
+        _stop_in_iteration(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGHUP))
+        code = main(["train", *_sets(f"out_dir={tmp_path}", *TINY)])
+        assert signal.getsignal(signal.SIGHUP) is not_handled  # put back afterwards
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    (run,) = tmp_path.iterdir()
+    line = _last_line(capsys.readouterr().out)
+    assert code == 129
+    assert (
+        line
+        == f"terminated (SIGHUP): iter_000001 is intact; resume with cairn train --resume {run}"
+    )
+
+
 @pytest.mark.parametrize("where", ["metrics", "checkpoint"])
 def test_disk_full_is_one_line_and_the_run_resumes(where, tmp_path, monkeypatch, capsys):
     import cairn.data.rundir as rundir_mod

@@ -12,10 +12,12 @@
     trajectories/iter_XXXXXX.jsonl.gz    one episode record per line (`trajectory_path`)
 
 The trainer and its log (`cairn.train.runlog`) write these; resume, plots and reports
-(`cairn.report.rundata`) read them. A run killed while appending to metrics.jsonl can leave
-a half-written last line (no newline, not JSON): readers leave it out, and `keep_metrics`
-(what a resumed run calls) rewrites the file without it, so the next append starts on a line
-of its own.
+(`cairn.report.rundata`) read them, every file through `cairn._files` (regular files only,
+none reached through a link out of the run, each bounded in total: ``LIMITS``); a file that
+breaks that is refused with `UnsafeFile` (a ValueError: one line), never read. A run
+killed while appending to metrics.jsonl can leave a half-written last line (no newline, not
+JSON): readers leave it out, and `keep_metrics` (what a resumed run calls) rewrites the file
+without it, so the next append starts on a line of its own.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+
+from cairn._files import read_text
 
 __all__ = [
     "AMENDMENTS",
@@ -63,6 +67,9 @@ CONFIG, METRICS, SUMMARY, TRAJECTORIES = (
     "trajectories",
 )
 AMENDMENTS, LOCK = "amendments.jsonl", "run.lock"
+#: Bytes read at most of each file (a larger one is refused: no run writes one that large;
+#: metrics.jsonl holds about 2 KB an iteration, so 128 MiB is some 60,000 iterations).
+LIMITS = {CONFIG: 1 << 20, METRICS: 128 << 20, SUMMARY: 16 << 20, AMENDMENTS: 16 << 20}
 _ITER = re.compile(r"^iter_(\d+)\.jsonl(\.gz)?$")
 
 
@@ -98,8 +105,8 @@ def read_config_text(run_dir: Path) -> tuple[dict[str, Any], str]:
     """(config as a dict, its text): ({}, "") when absent, ({}, text) when not a YAML mapping."""
     path = Path(run_dir) / CONFIG
     try:
-        text = path.read_text(errors="replace")
-    except OSError:
+        text = read_text(path, LIMITS[CONFIG], root=run_dir, errors="replace")
+    except OSError:  # missing or unreadable (UnsafeFile, a ValueError, goes through)
         return {}, ""
     try:
         data = yaml.safe_load(text)
@@ -114,16 +121,21 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 
 
 # -- metrics.jsonl ------------------------------------------------------------------------------
-def read_jsonl(path: Path, *, strict: bool = False) -> tuple[list[dict[str, Any]], int]:
-    """(objects, lines left out) of a JSONL file; ([], 0) when it is missing.
+def read_jsonl(
+    path: Path, *, strict: bool = False, limit: int | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """(objects, lines left out) of a JSONL file; ([], 0) when it is missing. UnsafeFile
+    when it is not a regular file of its folder or holds more than ``limit`` bytes (default
+    ``LIMITS`` of its name, else metrics.jsonl's).
 
     A last line with no newline that is not a JSON object is a write cut short (a run killed
     mid-append): always left out and counted. Any other line that is not a JSON object is
     left out and counted, or with ``strict`` a ValueError naming the file and line number.
     """
     path = Path(path)
+    cap = limit if limit is not None else LIMITS.get(path.name, LIMITS[METRICS])
     try:
-        text = path.read_text(errors="replace")
+        text = read_text(path, cap, root=path.parent, errors="replace")
     except FileNotFoundError:
         return [], 0
     lines = text.split("\n")  # the last item is "" when the file ends with a newline
@@ -224,7 +236,11 @@ def keep_amendments(run_dir: Path, iteration: int) -> None:
 
 # -- run.lock -----------------------------------------------------------------------------------
 class RunLocked(RuntimeError):
-    """Another process writes this run (it holds run.lock)."""
+    """Another process writes this run (it holds run.lock); ``holder``: its pid, or "?"."""
+
+    def __init__(self, message: str, holder: str = "?"):
+        super().__init__(message)
+        self.holder = holder
 
 
 _HELD: dict[str, list[Any]] = {}  # lock path -> [open file, holds], this process's locks
@@ -236,9 +252,9 @@ class RunLock:
     Re-entrant within a process (the CLI and the Trainer it builds hold it together).
     ``acquire`` raises RunLocked naming the holder's pid when another process has it."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, name: str = LOCK):
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK
+        self.path = self.run_dir / name
         self.key = os.path.realpath(self.path)
         self.held = False
 
@@ -259,10 +275,11 @@ class RunLock:
             f.seek(0)
             holder = f.read(32).strip()
             f.close()
+            pid = holder if holder.isdigit() else "?"
             raise RunLocked(
-                f"{self.run_dir} is in use: process {holder if holder.isdigit() else '?'} "
-                f"holds {self.path} (a cairn train or resume writing it); wait for it to end "
-                "or stop it"
+                f"{self.run_dir} is in use: process {pid} holds {self.path} (a cairn train or "
+                "resume writing it); wait for it to end or stop it",
+                pid,
             ) from None
         f.seek(0)
         f.truncate()
@@ -314,10 +331,11 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """summary.json as a dict ({} when absent, unreadable or not a mapping)."""
+    """summary.json as a dict ({} when absent, unreadable or not a mapping; UnsafeFile when
+    it is not a regular file of the run or too large)."""
     try:
-        data = json.loads((Path(run_dir) / SUMMARY).read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(read_text(Path(run_dir) / SUMMARY, LIMITS[SUMMARY], root=run_dir))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MAX_EPISODE_STEPS",
     "EpisodeClock",
     "check_choice",
     "check_float",
@@ -90,12 +91,19 @@ def fresh_seed() -> int:
     return int(np.random.default_rng().integers(2**31))
 
 
+#: The longest episode any built-in env allows (``max_steps``): an episode is a prompt per
+#: turn, so even a long text game stays far below it, and a typo such as 1e12 is refused
+#: instead of running forever.
+MAX_EPISODE_STEPS = 1000
+
+
 class EpisodeClock:
-    """Counts the steps of one episode and refuses steps before reset or after the end."""
+    """Counts the steps of one episode and refuses steps before reset or after the end;
+    ``max_steps`` must lie in [1, MAX_EPISODE_STEPS]."""
 
     def __init__(self, env_name: str, max_steps: int) -> None:
         self.env_name = env_name
-        self.max_steps = max_steps
+        self.max_steps = check_int("max_steps", max_steps, 1, MAX_EPISODE_STEPS)
         self.steps = 0
         self.started = False
         self.done = False

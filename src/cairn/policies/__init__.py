@@ -25,6 +25,7 @@ from cairn.agent import TEMPLATE_WORDS, format_completion
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation, HFPolicy
 from cairn.policies.lora import LoraSpec, apply_lora, load_adapters
+from cairn.policies.remote import NO_REMOTE_CODE, check_no_remote_code
 from cairn.policies.smol import alias_dir, is_alias
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.policies.tokenizer import bpe_tokenizer, chat_tokenizer, word_tokenizer
@@ -143,12 +144,14 @@ def build_policy(
     source = checkpoint if checkpoint is not None and not adapters else _model_source(cfg.path)
     if source is not None:
         extra = {"attn_implementation": attn} if attn else {}
+        for folder in {checkpoint or source, source}:  # no folder's own code, ever
+            check_no_remote_code(folder)
         with _offline(checkpoint is not None):
-            tokenizer = AutoTokenizer.from_pretrained(checkpoint or source)
+            tokenizer = AutoTokenizer.from_pretrained(checkpoint or source, **NO_REMOTE_CODE)
             model = _load_weights(source, checkpoint, dtype=dtype, **extra)
     else:
         tokenizer = (
-            AutoTokenizer.from_pretrained(checkpoint)
+            AutoTokenizer.from_pretrained(checkpoint, **NO_REMOTE_CODE)
             if checkpoint is not None
             else local_tokenizer(
                 env, instruction, kind=getattr(cfg, "tokenizer", "auto"),
@@ -213,11 +216,11 @@ def _load_weights(source: Path | str, checkpoint: Path | None, **options: Any) -
     """``AutoModelForCausalLM`` from ``source``; for a checkpoint, safetensors only and
     offline, a failure as one line naming the base (ValueError)."""
     if checkpoint is None:
-        return AutoModelForCausalLM.from_pretrained(source, **options)
+        return AutoModelForCausalLM.from_pretrained(source, **NO_REMOTE_CODE, **options)
     local = {"local_files_only": True, "adapter_kwargs": {"local_files_only": True}}
     try:
         return AutoModelForCausalLM.from_pretrained(
-            source, use_safetensors=True, **local, **options
+            source, use_safetensors=True, **NO_REMOTE_CODE, **local, **options
         )
     except (OSError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

@@ -149,8 +149,9 @@ def _write_folder(gguf: Path, folder: Path) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    no_code = {"trust_remote_code": False}  # never a folder's own code
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, **no_code)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, **no_code)
     model = _rebuilt(loaded)
     model.generation_config = _generation_config(model, tokenizer)
     model.save_pretrained(folder, safe_serialization=True)

@@ -218,6 +218,7 @@ def build_llm(model_dir: Path, options: VLLMOptions, lora_rank: int | None, dtyp
     if lora_rank is not None:
         kwargs.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
     kwargs.update(options.llm_kwargs or {})
+    kwargs["trust_remote_code"] = False  # never a model folder's own code, whatever is given
     return LLM(**kwargs)
 
 

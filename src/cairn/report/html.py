@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from cairn._files import read_text
 from cairn.data.rundir import read_config
 from cairn.report.assets import CSS, JS
 from cairn.report.payload import run_payload
@@ -217,7 +218,7 @@ def build_compare_report(compare_dir: Path, out: Path | None = None) -> Path:
     compare_dir = Path(compare_dir)
     path = compare_dir / "compare.json"
     try:
-        summary = json.loads(path.read_text())
+        summary = json.loads(read_text(path, COMPARE_JSON_MAX, root=compare_dir))
     except FileNotFoundError:
         raise ValueError(f"{str(path)!r} does not exist (run cairn compare first)") from None
     except json.JSONDecodeError as err:
@@ -225,6 +226,9 @@ def build_compare_report(compare_dir: Path, out: Path | None = None) -> Path:
     payload = compare_payload(summary, title=f"comparison: {compare_dir.name}")
     payload["run_dir"] = str(compare_dir)
     return _write(render(payload), out or compare_dir / "compare.html")
+
+
+COMPARE_JSON_MAX = 64 << 20  # bytes of compare.json read at most
 
 
 # -- serving ------------------------------------------------------------------------------------
@@ -239,8 +243,42 @@ def allowed_host(host: str | None, port: int) -> bool:
     return name in ("localhost", "127.0.0.1", "[::1]") and given == str(port)
 
 
+#: Connections the kernel queues while every handler is busy (the socketserver default, 5,
+#: dropped the connects of a burst: the clients' SYN retries took 1, 3, 7, 15 ... s);
+#: handler threads at most; seconds a connection may take to send its request line.
+BACKLOG, MAX_HANDLERS, REQUEST_TIMEOUT_S = 1024, 64, 10.0
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most ``MAX_HANDLERS`` at once (the rest wait in a
+    ``BACKLOG``-deep accept queue), each given ``REQUEST_TIMEOUT_S`` to send its request."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(MAX_HANDLERS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.slots.acquire()  # all busy: stop accepting; the kernel queues the rest
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 def _handler(page: bytes) -> type[BaseHTTPRequestHandler]:
     class Page(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S  # a slow-loris connection frees its thread
+
         def do_GET(self) -> None:
             if not allowed_host(self.headers.get("Host"), self.server.server_address[1]):
                 self.send_error(400, "unexpected Host header (only localhost is served)")
@@ -276,8 +314,7 @@ def serve(
     if not 0 <= int(port) <= 65535:
         raise ValueError(f"port must be in 0..65535, got {port}")
     page = Path(report).read_bytes()
-    server = ThreadingHTTPServer((LOOPBACK, int(port)), _handler(page))
-    server.daemon_threads = True
+    server = _Server((LOOPBACK, int(port)), _handler(page))
     host, bound = server.server_address[:2]
     url = f"http://{host}:{bound}/"
     timer = None

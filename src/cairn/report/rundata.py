@@ -6,7 +6,12 @@ record per line, `cairn.data.episode.to_records`). Everything is read defensivel
 file gives an empty section, a truncated gzip (a killed run), a bad line or a line longer than
 ``MAX_LINE_CHARS`` (16 Mi characters, skipped without being read whole) is skipped and
 counted, and so is a dump that is a symbolic link (a run reads only its own files);
-unreadable metrics lines (a half-written last line) also raise a `UserWarning`.
+unreadable metrics lines (a half-written last line) also raise a `UserWarning`. Reading is
+bounded in total, not only per line: a dump is read as a stream for at most
+``MAX_DUMP_CHARS`` decompressed characters (a gzip bomb stops there), and a report holds at
+most ``MAX_KEPT_BYTES`` of episode lines over all its dumps (lines past that are skipped and
+counted). config.yaml, metrics.jsonl and summary.json are read by `cairn.data.rundir`:
+regular files of the run only (a FIFO, a device or a link out of the run is refused).
 
 Sampling rule (`Sampling`), stated in every report:
     iterations  of the n iterations that have a dump, at most M at evenly spaced positions
@@ -22,15 +27,18 @@ to read a dump grows with its bytes, not with JSON work on episodes that are not
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import re
 import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from cairn._files import UnsafeFile, open_regular
 from cairn.data.rundir import (
     METRICS,
     TRAJECTORIES,
@@ -41,6 +49,8 @@ from cairn.data.rundir import (
 )
 
 __all__ = [
+    "MAX_DUMP_CHARS",
+    "MAX_KEPT_BYTES",
     "MAX_LINE_CHARS",
     "Dump",
     "RunData",
@@ -54,6 +64,8 @@ __all__ = [
 
 _GROUP = re.compile(r'"group"\s*:\s*(-?\d+)')
 MAX_LINE_CHARS = 16 * 2**20  # one episode record; a longer line is skipped, never read whole
+MAX_DUMP_CHARS = 2**30  # decompressed characters read of one dump at most (a gzip bomb)
+MAX_KEPT_BYTES = 64 * 2**20  # characters of episode lines one report holds, over all dumps
 
 
 @dataclass(frozen=True)
@@ -108,25 +120,47 @@ class Dump:
     skipped: int = 0
 
 
-def _lines(path: Path) -> tuple[list[str], int]:
-    """(text lines of a dump (gzip or plain), lines left out): a line longer than
+class _Budget:
+    """Bytes of episode lines a report may still hold (``MAX_KEPT_BYTES`` over all dumps)."""
+
+    def __init__(self, left: int = 0):
+        self.left = left or MAX_KEPT_BYTES
+
+
+class _Lines:
+    """The text lines of a dump (gzip or plain), read as a stream: a line longer than
     ``MAX_LINE_CHARS`` is skipped and counted without being held whole (read in pieces of
-    that size); a truncated gzip keeps what was readable and counts one more."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    lines: list[str] = []
-    skipped = 0
-    try:
-        with opener(path, "rt", errors="replace") as f:
-            while line := f.readline(MAX_LINE_CHARS):
-                if len(line) < MAX_LINE_CHARS or line.endswith("\n"):
-                    lines.append(line)
-                    continue
-                skipped += 1
-                while (rest := f.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
-                    pass  # the rest of the over-long line, a piece at a time
-    except (EOFError, OSError, zlib.error):
-        return lines, skipped + 1
-    return lines, skipped
+    that size); reading stops after ``MAX_DUMP_CHARS`` decompressed characters (a gzip bomb)
+    and a truncated gzip keeps what was readable, each counting one line more in
+    ``skipped``; a dump that is not a regular file of ``root`` is not read (one skipped)."""
+
+    def __init__(self, path: Path, root: Path | None = None):
+        self.path, self.root, self.skipped = path, root, 0
+
+    def __iter__(self) -> Iterator[str]:
+        read = 0
+        try:
+            with open_regular(self.path, root=self.root) as raw, self._text(raw) as f:
+                while line := f.readline(MAX_LINE_CHARS):
+                    read += len(line)
+                    if read > MAX_DUMP_CHARS:
+                        self.skipped += 1  # the rest of a dump larger than any run writes
+                        return
+                    if len(line) < MAX_LINE_CHARS or line.endswith("\n"):
+                        yield line
+                        continue
+                    self.skipped += 1
+                    while (rest := f.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                        read += len(rest)  # the rest of the over-long line, a piece at a time
+                        if read > MAX_DUMP_CHARS:
+                            return
+        except (EOFError, OSError, zlib.error, UnsafeFile):
+            self.skipped += 1
+
+    def _text(self, raw: BinaryIO) -> io.TextIOWrapper:
+        """``raw`` as text, gunzipped for a ``.gz`` dump (closing it leaves ``raw`` open)."""
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if self.path.suffix == ".gz" else raw
+        return io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
 
 
 def _inside(path: Path, run_dir: Path) -> bool:
@@ -146,11 +180,21 @@ def _group_of(line: str) -> int | None:
     return g if isinstance(g, int) else None
 
 
-def read_dump(path: Path, iteration: int, sampling: Sampling) -> Dump:
-    """Read one dump, parsing only the lines of the sampled groups and episodes."""
-    lines, skipped = _lines(Path(path))
+def read_dump(
+    path: Path,
+    iteration: int,
+    sampling: Sampling,
+    budget: _Budget | None = None,
+    root: Path | None = None,
+) -> Dump:
+    """Read one dump as a stream, holding at most ``sampling.episodes`` lines of each group
+    (and no more bytes of lines than ``budget`` has left: a line past it is skipped and
+    counted), then parse only the lines of the sampled groups. ``root``: the folder the
+    dump must lie in once links are resolved."""
+    budget = budget or _Budget()
+    lines = _Lines(Path(path), root)
     by_group: dict[int, list[str]] = {}
-    n_episodes = 0
+    n_episodes = skipped = 0
     for line in lines:
         if not line.strip():
             continue
@@ -158,23 +202,32 @@ def read_dump(path: Path, iteration: int, sampling: Sampling) -> Dump:
         if g is None:
             skipped += 1
             continue
-        by_group.setdefault(g, []).append(line)
+        kept = by_group.setdefault(g, [])
         n_episodes += 1
+        if len(kept) >= sampling.episodes:
+            continue
+        if len(line) > budget.left:  # the report holds enough already
+            skipped += 1
+            continue
+        budget.left -= len(line)
+        kept.append(line)
     order = list(by_group)
+    chosen = set(evenly_spaced(len(order), sampling.groups))
+    budget.left += sum(len(x) for i, g in enumerate(order) if i not in chosen for x in by_group[g])
     groups = []
-    for i in evenly_spaced(len(order), sampling.groups):
+    for i in sorted(chosen):
         records = []
-        for line in by_group[order[i]][: sampling.episodes]:
+        for line in by_group[order[i]]:
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 skipped += 1
                 continue
             if isinstance(rec, dict):
                 records.append(rec)
         if records:
             groups.append((order[i], records))
-    return Dump(iteration, groups, len(order), n_episodes, skipped)
+    return Dump(iteration, groups, len(order), n_episodes, skipped + lines.skipped)
 
 
 @dataclass
@@ -229,9 +282,10 @@ def load_run(run_dir: Path, sampling: Sampling | None = None) -> RunData:
     summary = read_summary(run_dir)
     data = RunData(run_dir, config, config_text, metrics, summary, _evals(summary, metrics), [])
     data.dumped = [it for it, _ in files]
+    budget = _Budget()
     for i in evenly_spaced(len(files), sampling.iterations):
         it, path = files[i]
-        dump = read_dump(path, it, sampling)
+        dump = read_dump(path, it, sampling, budget, root=run_dir)
         data.skipped += dump.skipped
         data.dumps.append(dump)
     data.skipped += bad + len(listed) - len(files)  # dumps that are links out of the run

@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from cairn._env_host import EnvFactory, EnvFault, EnvFaultRateError, EnvHost, serve
+from cairn._env_host import EnvFactory, EnvFault, EnvFaultRateError, EnvHost, Parent, serve
 from cairn.envs import StepResult, TextEnv
 
 __all__ = [
@@ -326,7 +326,8 @@ class _RayBackend:
         self.ray, self.factory, self.timeout_s = ray, factory, timeout_s
         # Ray's stubs type neither ``.remote`` on a class made remote nor on its methods.
         self.actor: Any = ray.remote(num_cpus=0)(EnvHost)  # env steps are light: no cores
-        self.hosts: list[Any] = [self.actor.remote(factory) for _ in range(workers)]
+        self.driver = Parent.here(child=False)  # an actor on this host dies with the driver
+        self.hosts: list[Any] = [self.actor.remote(factory, self.driver) for _ in range(workers)]
         ray.get([h.ping.remote() for h in self.hosts])  # started before any call is timed
         self.generations = [0] * workers
         self.pending: list[deque[_RayHandle]] = [deque() for _ in range(workers)]
@@ -391,7 +392,7 @@ class _RayBackend:
         if self.generations[worker] != generation:
             return
         self.ray.kill(self.hosts[worker], no_restart=True)
-        self.hosts[worker] = self.actor.remote(self.factory)
+        self.hosts[worker] = self.actor.remote(self.factory, self.driver)
         self.ray.get(self.hosts[worker].ping.remote())
         self.generations[worker] += 1
         self.restarts += 1
@@ -427,7 +428,8 @@ class _Pipe:
         self, factory: Callable[[], TextEnv], ctx: Any, timeout_s: float | None, generation: int
     ):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child, factory), daemon=True)
+        # the worker exits when this process dies, even by SIGKILL (cairn._env_host)
+        self.proc = ctx.Process(target=serve, args=(child, factory, Parent.here()), daemon=True)
         self.proc.start()
         child.close()
         self.timeout_s, self.generation, self.dead = timeout_s, generation, False

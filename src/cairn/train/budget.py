@@ -1,5 +1,10 @@
 """The training budget: how much of it the finished iterations used, when a run stops,
-when it evaluates, and the learning rate over it (``train`` and ``optim`` sections)."""
+when it evaluates, and the learning rate over it (``train`` and ``optim`` sections).
+
+``seconds`` (``train.time_budget_s``) are the trainer's training seconds: the monotonic
+wall clock (``time.perf_counter``) over each iteration's rollout, advantage and update;
+evaluation and checkpoint writes are not counted. Time the process spends stopped
+(SIGSTOP, Ctrl-Z) inside an iteration counts, as any wall-clock time does."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ any numbered after the one just written (left by a run that was resumed from bef
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -51,6 +52,7 @@ from cairn.train.state_schema import StateError, TensorInfo, check_trainer_state
 __all__ = [
     "CheckpointError",
     "CheckpointWarning",
+    "CheckpointWriteError",
     "check_checkpoint",
     "checkpoint_iteration",
     "flatten",
@@ -85,6 +87,12 @@ class CheckpointError(ValueError):
 
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped for an older complete one."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written, whatever its writer raised (safetensors'
+    SafetensorError on a full disk is not an OSError): an OSError, so the CLI ends the run
+    in one line naming the intact checkpoint to resume from."""
 
 
 # -- state <-> JSON skeleton + tensors -------------------------------------------------------------
@@ -181,13 +189,16 @@ def save_checkpoint(
     final, tmp = root / name, root / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar every iteration
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    for folder, write in (extra or {}).items():
-        write(tmp / folder)
-    write_state(tmp, state)
-    _write_manifest(tmp)
-    _fsync_tree(tmp)
+    try:
+        _write_files(tmp, model, tokenizer, state, extra or {})
+    except BaseException as err:  # any writer's error (ENOSPC, SafetensorError), or a signal
+        shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint stays the newest
+        if isinstance(err, OSError) or not isinstance(err, Exception):
+            raise
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise CheckpointWriteError(
+            errno.EIO, f"checkpoint {name} could not be written ({type(err).__name__}: {first})"
+        ) from err
     _remove(final)
     os.replace(tmp, final)
     pointer = root / ".latest.tmp"
@@ -196,6 +207,23 @@ def save_checkpoint(
     _fsync_tree(root, recursive=False)
     _prune(root, final, iteration, keep)
     return final
+
+
+def _write_files(
+    tmp: Path,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    state: dict[str, Any],
+    extra: dict[str, Callable[[Path], None]],
+) -> None:
+    """Every file of a checkpoint into ``tmp``, the manifest last, all fsynced."""
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    for folder, write in extra.items():
+        write(tmp / folder)
+    write_state(tmp, state)
+    _write_manifest(tmp)
+    _fsync_tree(tmp)
 
 
 def _prune(root: Path, current: Path, iteration: int, keep: int) -> None:

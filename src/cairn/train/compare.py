@@ -8,6 +8,13 @@ where it stopped, and one with neither starts clean; a folder that holds a diffe
 config is refused before any training, naming the keys that differ.
 Results: ``compare.json`` and ``compare.md`` (tables); the CLI then draws ``curves.png``
 (`cairn.report.plots.plot_compare_dir`).
+
+A comparison owns its output folder: it holds ``OUT/compare.lock`` (an flock, with its pid)
+from before it looks at any seed folder to the end, so a second ``cairn compare`` into the
+same ``--out`` stops at once with one line (`CompareLocked`) and touches nothing. A clean
+start deletes a seed folder only while holding that run's own ``run.lock`` (a lock the
+kernel drops when its holder dies, so a held one means a live writer): a folder that
+another process writes is never deleted, and its lock file is kept for the new run.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import shutil
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +32,20 @@ from typing import Any
 import numpy as np
 import yaml
 
+from cairn._files import read_text
+from cairn.data import rundir
+from cairn.data.rundir import RunLock, RunLocked
 from cairn.train.config import ConfigError, load_config
 from cairn.train.records import ci95_half
 
-__all__ = ["compare", "summarise", "write_config"]
+__all__ = ["COMPARE_LOCK", "CompareLocked", "compare", "summarise", "write_config"]
+
+COMPARE_LOCK = "compare.lock"
+
+
+class CompareLocked(RunLocked):
+    """Another process runs a comparison into this output folder."""
+
 
 #: Keys that do not change what a run computes; the rest must match to reuse a folder.
 _IGNORED = ("log.progress", "out_dir")
@@ -55,14 +74,55 @@ def _run_one(path: str | None, overrides: list[str], run_dir: str) -> dict[str, 
     from cairn.train.trainer import Trainer
 
     run = Path(run_dir)
-    done = run / "summary.json"
+    done = run / rundir.SUMMARY
     if done.exists():
-        return json.loads(done.read_text())
+        return json.loads(read_text(done, rundir.LIMITS[rundir.SUMMARY], root=run))
     cfg = load_config(path, overrides)
-    resume = run.exists() and latest_checkpoint(run) is not None
-    if run.exists() and not resume:  # killed before its first checkpoint: start clean
-        shutil.rmtree(run)
-    return Trainer(cfg, run, resume=resume).run()
+    with _own(run):  # RunLocked while another process writes it: nothing is deleted
+        resume = run.exists() and latest_checkpoint(run) is not None
+        if run.exists() and not resume:  # killed before its first checkpoint: start clean
+            _clear(run)
+        return Trainer(cfg, run, resume=resume).run()
+
+
+@contextmanager
+def _own(run: Path) -> Iterator[None]:
+    """Hold ``run``'s run.lock (the Trainer takes it again, re-entrantly)."""
+    run.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(run).acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _clear(run: Path) -> None:
+    """Everything in ``run`` but its run.lock (held by this process: the new run keeps it)."""
+    for entry in run.iterdir():
+        if entry.name == rundir.LOCK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+@contextmanager
+def _compare_lock(out: Path) -> Iterator[None]:
+    """``out/compare.lock`` for the whole comparison (CompareLocked naming the holder)."""
+    out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out, name=COMPARE_LOCK)
+    try:
+        lock.acquire()
+    except RunLocked as err:
+        raise CompareLocked(
+            f"{out} is in use: process {err.holder} runs a cairn compare into it (it holds "
+            f"{out / COMPARE_LOCK}); wait for it to end, or choose another --out"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def compare(
@@ -76,7 +136,14 @@ def compare(
     """Train every config on seeds 0..seeds-1 and summarise; returns the summary dict."""
     if seeds < 1:
         raise ConfigError(f"--seeds {seeds}: a comparison needs at least 1 seed")
-    plan = _plan(configs, seeds, out, list(overrides or []), jobs)
+    with _compare_lock(Path(out)):
+        return _compare(configs, seeds, Path(out), list(overrides or []), target, jobs)
+
+
+def _compare(
+    configs: list[str], seeds: int, out: Path, overrides: list[str], target: float | None, jobs: int
+) -> dict[str, Any]:
+    plan = _plan(configs, seeds, out, overrides, jobs)
     for s in plan:  # fails before any training
         _check_folder(s)
     if jobs > 1:
@@ -115,14 +182,11 @@ def _plan(
 
 def _check_folder(s: _Seed) -> None:
     """Refuse a seed folder whose recorded config differs from this one's."""
-    saved = Path(s.run_dir) / "config.yaml"
+    saved = Path(s.run_dir) / rundir.CONFIG
     if not saved.exists():
         return
     now = _flat(yaml.safe_load(yaml.safe_dump(load_config(s.path, s.overrides).model_dump())))
-    try:
-        before = _flat(yaml.safe_load(saved.read_text()) or {})
-    except yaml.YAMLError:
-        before = {}
+    before = _flat(rundir.read_config(Path(s.run_dir)))
     diff = sorted(k for k in now.keys() | before.keys() if now.get(k) != before.get(k))
     diff = [k for k in diff if k not in _IGNORED]
     if diff:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cairn._files import check_regular
 from cairn.agent import PromptBuilder
 from cairn.policies import HFPolicy, build_policy
 from cairn.rollout import EnvFactory, RolloutSettings, make_env_pool, rollout, tasks_for_groups
@@ -35,6 +36,7 @@ from cairn.train.setup import prompt_builder, sampling_settings
 from cairn.train.trainer import episode_stats
 
 __all__ = [
+    "CheckpointPruned",
     "eval_settings",
     "evaluate_checkpoint",
     "evaluate_run",
@@ -93,6 +95,7 @@ def evaluate_run(
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{run_dir}: no config.yaml there (not a run directory)")
+    check_regular(run_dir / "config.yaml", root=run_dir)  # no link out of the run
     overrides = [f"eval.episodes={episodes}"] if episodes is not None else []
     cfg = load_config(run_dir / "config.yaml", overrides)
     for attempt in range(_ATTEMPTS):
@@ -103,8 +106,14 @@ def evaluate_run(
         except (OSError, ValueError):  # pruned by a live trainer while read (the weights'
             # and the tokenizer's loaders report a vanished file as a ValueError); a prune
             # under way may leave the folder for a moment, but no longer the newest
-            if attempt == _ATTEMPTS - 1 or (ckpt.exists() and newest_checkpoint(run_dir) == ckpt):
-                raise
+            if not _pruned(run_dir, ckpt):
+                raise  # the checkpoint is there and newest: its own error
+            if attempt == _ATTEMPTS - 1:
+                raise CheckpointPruned(
+                    f"{run_dir}: checkpoint {ckpt.name} was pruned while it was read (the run "
+                    f"is still training with checkpoint.keep={cfg.checkpoint.keep}), "
+                    f"{_ATTEMPTS} times in a row; run cairn eval again, or once the run ends"
+                ) from None
     result = {
         "run_dir": str(run_dir),
         "checkpoint": ckpt.name,
@@ -115,6 +124,21 @@ def evaluate_run(
     path = out or run_dir / "eval" / f"{ckpt.name}-{cfg.eval.episodes}.json"
     _write_atomic(path, json.dumps(result, indent=2) + "\n")
     return result, path
+
+
+class CheckpointPruned(ConfigError):
+    """Every checkpoint eval picked was pruned by the live run while it was read (not a bad
+    model path: the loaders' messages for a vanished folder blame the path)."""
+
+
+def _pruned(run_dir: Path, ckpt: Path) -> bool:
+    """Is ``ckpt`` gone, or no longer the run's newest checkpoint?"""
+    if not ckpt.exists():
+        return True
+    try:
+        return newest_checkpoint(run_dir) != ckpt
+    except ConfigError:
+        return True
 
 
 def newest_checkpoint(run_dir: Path) -> Path:

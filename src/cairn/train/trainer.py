@@ -57,6 +57,7 @@ from cairn.train import budget
 from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from cairn.train.config import Config
 from cairn.train.distributed import Dist
+from cairn.train.divergence import DivergenceWatch, finite_outputs
 from cairn.train.learners import Actor, build_learners, train_learners
 from cairn.train.preflight import check_config
 from cairn.train.resume import restore_trainer, trainer_state
@@ -133,6 +134,7 @@ class Trainer:
         if self.local_groups == 0:
             raise ValueError(f"rollout.groups={cfg.rollout.groups} < {self.dist.world} ranks")
         self._started = time.time()  # this session's start (the earlier ones: state)
+        self.divergence = DivergenceWatch()  # non-finite numbers end the run in one line
         self.env_factory = env_factory
         log_dir = self.dir if self.dist.is_main else self.dir / "ranks" / str(rank)
         self.log = RunLog(
@@ -201,7 +203,11 @@ class Trainer:
         lr = self._schedule_lr()
         # --- sample -> rewards -> observe -> keep groups with signal (resample the rest) ----
         tokens_before = self.policy.forward_tokens
-        episodes, rounds = self.collect()
+        try:
+            episodes, rounds = self.collect()
+        except RuntimeError as err:  # sampling from inf/nan: TrainingDiverged, one line
+            DivergenceWatch.sampling(err, self.iteration, cfg.optim.lr)
+            raise
         env_faults = self.train_envs.faults.end_iteration()  # raises past max_env_error_rate
         engine_stats = self.engine.after_rollout(episodes)  # vllm: trainer log-probs, mismatch
         rollout_tokens = self.policy.forward_tokens - tokens_before
@@ -211,6 +217,7 @@ class Trainer:
         t2 = time.perf_counter()
         # --- update --------------------------------------------------------------------------
         actor, update_tokens = self.learn(episodes, batch, adv, parts)
+        self.divergence.after_update(actor, self.iteration, cfg.optim.lr)
         t3 = time.perf_counter()
         # --- log -----------------------------------------------------------------------------
         self.episodes += int(self.dist.sum(rounds.sampled))
@@ -390,6 +397,10 @@ class Trainer:
         self.log.trajectories(self.iteration, to_records(chosen, **per_step))
 
     def _save(self) -> None:
+        model = self.policy.model  # damaged weights are never checkpointed (divergence)
+        vocab = int(getattr(model.config, "vocab_size", 2) or 2)
+        bad = not finite_outputs(model, vocab, self.policy.device)
+        DivergenceWatch.weights(not self.dist.max_int(int(bad)), self.iteration, self.cfg.optim.lr)
         if self.dist.is_main:  # every rank holds the same weights
             extra: dict[str, Callable[[Path], None]] = {x.name: x.save for x in self.learners}
             extra[CONFIG_COPY] = config_writer(self.cfg)  # the config it was trained with

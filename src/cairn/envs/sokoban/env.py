@@ -11,9 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from cairn.envs._common import EpisodeClock, check_choice, check_int, fresh_seed
+from cairn.envs._common import (
+    MAX_EPISODE_STEPS,
+    EpisodeClock,
+    check_choice,
+    check_int,
+    fresh_seed,
+)
 from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 from cairn.envs.sokoban.generate import (
+    MAX_SIZE,
     _check_bounds,
     _check_counts,
     _generate_cached,
@@ -106,7 +113,7 @@ class Sokoban(TextEnv):
         room: str | None = None,
     ) -> None:
         super().__init__()
-        self.max_steps = check_int("max_steps", max_steps, 1)
+        self.max_steps = check_int("max_steps", max_steps, 1, MAX_EPISODE_STEPS)
         self.render = check_choice("render", render, _RENDERS)
         self.fixed_room = self._parse_fixed_room(room)
         if self.fixed_room is None:
@@ -135,6 +142,9 @@ class Sokoban(TextEnv):
             return None
         if not isinstance(room, str):
             raise ValueError(f"room must be grid text or None, got {type(room).__name__}")
+        lines = room.strip("\n").splitlines()
+        if len(lines) > MAX_SIZE or max(map(len, lines), default=0) > MAX_SIZE:
+            raise ValueError(f"room must be at most {MAX_SIZE}x{MAX_SIZE} cells")
         parsed = parse_grid(room)
         if parsed.solved:
             raise ValueError("room is already solved: every box is on a target")

@@ -114,10 +114,21 @@ def _place(
 # -- option checks ------------------------------------------------------------------------------
 
 
+MAX_SIZE = 32  # rows and columns of a generated room at most (frozenlake's map_size too)
+
+
 def _parse_size(size: Any) -> tuple[int, int]:
     dims = (size, size) if isinstance(size, int | np.integer) else tuple(size)
-    if len(dims) != 2 or not all(isinstance(d, int | np.integer) and d >= 3 for d in dims):
-        raise ValueError(f"size must be an int >= 3 or (height, width) of ints >= 3, got {size!r}")
+    ok = (
+        len(dims) == 2
+        and all(isinstance(d, int | np.integer) and not isinstance(d, bool) for d in dims)
+        and all(3 <= d <= MAX_SIZE for d in dims)
+    )
+    if not ok:
+        raise ValueError(
+            f"size must be an int >= 3 (at most {MAX_SIZE}) or (height, width) of such ints, "
+            f"got {size!r}"
+        )
     return int(dims[0]), int(dims[1])
 
 

@@ -113,7 +113,7 @@ def main() -> None:
         f"Measured {date.today()} on {platform.machine()} ({os.cpu_count()} cores, Python "
         f"{platform.python_version()}), load average {load_before:.1f} before and "
         f"{load_after:.1f} after, by `python benchmarks/speed/cli_speed.py --repeats {repeats}"
-        f"{' --src ' + str(args.src) if args.src else ''}`: each command {repeats} times in "
+        f"{' --src BASELINE/src' if args.src else ''}`: each command {repeats} times in "
         "a fresh interpreter, interleaved. Wall time grows with the machine's load; the "
         "child's CPU time much less. The three commands in bold are the aim "
         f"(< {LIMIT_S} s): their CPU medians are {verdict} it.\n\n"

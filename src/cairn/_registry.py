@@ -12,6 +12,7 @@ to the entries that take them and are never options.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Callable, Collection
@@ -87,8 +88,10 @@ class ImportRegistry:
         """``name`` if it is registered, else ValueError listing the available names; imports
         nothing (a config names an entry whose extra may be missing)."""
         if name not in self.entries:
+            close = difflib.get_close_matches(str(name), self.available(), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(
-                f"unknown {self.kind} {name!r}; available: {', '.join(self.available())}"
+                f"unknown {self.kind} {name!r}; available: {', '.join(self.available())}{hint}"
             )
         return name
 

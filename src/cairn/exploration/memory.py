@@ -38,6 +38,7 @@ import numpy as np
 
 from cairn.agent import PromptBuilder, tagged
 from cairn.data.episode import Episode, Source
+from cairn.exploration.config import MODES, check_mode_probs
 from cairn.exploration.embed import Embedder
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "draw_mode",
 ]
 
-MODES = ("on_policy", "tips", "off_policy")
 SOURCE_MEMORY = Source.MEMORY  # Episode.source of memory-guided rollouts
 
 
@@ -272,17 +272,6 @@ class TipPromptBuilder:
         ids = self.base.chat_ids(*args, self._block(extra, tips), turn)
         self.shown_ids[tuple(ids)] = (plain, tuple(tips))
         return ids
-
-
-def check_mode_probs(probs: dict[str, float]) -> dict[str, float]:
-    """Validated mode probabilities: keys in ``MODES``, values >= 0, summing to 1."""
-    unknown = sorted(set(probs) - set(MODES))
-    if unknown:
-        raise ValueError(f"unknown memory mode(s) {unknown}; allowed: {', '.join(MODES)}")
-    values = [float(probs.get(m, 0.0)) for m in MODES]
-    if any(not np.isfinite(v) or v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-6:
-        raise ValueError(f"memory mode probabilities must be >= 0 and sum to 1, got {probs}")
-    return dict(zip(MODES, values, strict=True))
 
 
 def draw_mode(rng: np.random.Generator, probs: dict[str, float]) -> str:

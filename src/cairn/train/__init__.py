@@ -2,16 +2,30 @@
 
 The package is also the one-call API: ``cairn.train(config, callbacks=[...])`` trains one
 run (``cairn.train.api.train``; ``cairn.train.run`` is the same function, for type
-checkers). Importing it stays light: the trainer and torch load when a run starts.
-"""
+checkers). Importing it stays light: the names below are imported on first use (``cairn
+presets`` reads ``cairn.train.presets`` without building the config schema), and the
+trainer and torch load when a run starts."""
 
+from __future__ import annotations
+
+import importlib
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cairn.train.config import Config, ConfigError, load_config
+if TYPE_CHECKING:
+    from cairn.train.api import Callback, TrainResult
+    from cairn.train.config import Config, ConfigError, load_config
 
 __all__ = ["Callback", "Config", "ConfigError", "TrainResult", "load_config", "run"]
+
+_LAZY = {
+    "Callback": "cairn.train.api",
+    "TrainResult": "cairn.train.api",
+    "Config": "cairn.train.config",
+    "ConfigError": "cairn.train.config",
+    "load_config": "cairn.train.config",
+}
 
 
 def run(config: Any, *args: Any, **kwargs: Any) -> Any:
@@ -22,11 +36,9 @@ def run(config: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Callback", "TrainResult"):
-        from cairn.train import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 
 class _CallableModule(types.ModuleType):

@@ -30,6 +30,7 @@ import socket
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def _cheap_checks(cfg: Config) -> Iterator[_Check]:
     yield "model.path", cfg.model.path, lambda: _model_path_shape(cfg.model.path)
     yield "advantage", {}, lambda: _estimator(cfg.advantage.name, cfg.advantage.options)
     for i, spec in enumerate(cfg.rewards):
-        yield f"rewards.{i}", {}, lambda spec=spec: _reward(spec.name, spec.options)
+        yield f"rewards.{i}", {}, partial(_reward, spec.name, spec.options)
     yield "log.loggers", cfg.log.loggers, lambda: _loggers(cfg.log.loggers)
     yield from _exploration_checks(cfg)
     yield "curriculum", {}, lambda: _curriculum(cfg)
@@ -150,7 +151,7 @@ def _exploration_checks(cfg: Config) -> Iterator[_Check]:
         (f"{at}.variants.generator", x.variants.generator, GENERATORS),
     ]
     for key, name, registry in names:
-        yield key, name, lambda r=registry, n=name: _registered(r, n)
+        yield key, name, partial(_registered, registry, name)
     known = {key for key, name, registry in names if name in registry.entries}
     if {f"{at}.memory.embedder", f"{at}.memory.writer"} <= known:
         yield f"{at}.memory", {}, lambda: _memory(x.memory)
@@ -166,7 +167,7 @@ def _registered(registry: Any, name: str) -> None:
 
 
 def _memory(memory: Any) -> None:
-    from cairn.exploration.memory import check_mode_probs
+    from cairn.exploration.config import check_mode_probs
     from cairn.exploration.registries import WRITERS
 
     check_mode_probs(memory.probs)
@@ -282,9 +283,10 @@ def tiny_key_problems(cfg: Config) -> tuple[list[str], list[str]]:
 
 
 def warn_tiny_keys(notes: list[str]) -> None:
-    """Each note as a ``TinyKeyWarning``."""
+    """Each note as a ``TinyKeyWarning``, attributed to ``check_config``: the same note from
+    the CLI's check and the trainer's is shown once (Python's default warning filter)."""
     for note in notes:
-        warnings.warn(note, TinyKeyWarning, stacklevel=3)
+        warnings.warn(note, TinyKeyWarning, stacklevel=2)
 
 
 def _word_level_tool_calls(cfg: Config) -> str | None:

@@ -12,10 +12,11 @@ no torch, transformers, env, rollout or exploration hook (tests/train/test_confi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -59,6 +60,7 @@ __all__ = [
     "config_problem",
     "config_problems",
     "describe",
+    "did_you_mean",
     "format_validation_error",
     "run_name_problem",
     "stop_problem",
@@ -339,7 +341,10 @@ def _section_of(dc: type, name: str) -> type[_Section]:
     return create_model(name, __base__=_Section, **keys)
 
 
-LossSection = _section_of(LossConfig, "LossSection")
+if TYPE_CHECKING:  # the type checker reads the section as the dataclass it is built from
+    LossSection = LossConfig
+else:
+    LossSection = _section_of(LossConfig, "LossSection")
 
 
 def stop_problem(agent: AgentConfig, stop: Sequence[str]) -> str | None:
@@ -645,11 +650,19 @@ def format_validation_error(err: ValidationError) -> str:
             section = _section_at(e["loc"][:-1])
             allowed = ", ".join(section.model_fields) if section else "?"
             shown = _short(e["input"])
-            lines.append(f"unknown key {loc!r} (value {shown}); allowed here: {allowed}")
+            hint = did_you_mean(str(e["loc"][-1]), section.model_fields if section else [])
+            lines.append(f"unknown key {loc!r} (value {shown}); allowed here: {allowed}{hint}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
             lines.append(config_problem(loc, e.get("input"), msg))
     return config_problems(lines)
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` naming the known word closest to a misspelled ``word``, or
+    "" when none is close (difflib's ratio of at least 0.6)."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -179,3 +179,30 @@ def test_loading_twice_runs_a_module_once(package):
     load_plugins([f"{name}.count"])
     assert builtins.cairn_test_count == 1  # type: ignore[attr-defined]
     del builtins.cairn_test_count  # type: ignore[attr-defined]
+
+
+def test_check_env_passes_the_users_env_and_fails_a_broken_one(package):
+    """``cairn.envs.testing.check_env`` on the env the user's package registers, and on the
+    same env broken (a reset that ignores its seed: another number each time): it names
+    the clause."""
+    from cairn.envs.testing import EnvCheckError, check_env
+
+    name, site = package
+    env = f"guess_{name}"
+    broken = textwrap.dedent(
+        """
+        class Unseeded(Guess):
+            calls = 0
+
+            def _reset(self, seed, options):
+                Unseeded.calls += 1
+                return super()._reset(Unseeded.calls, options)
+        """
+    )
+    tasks = TASKS + broken + f"\nregister_all({env!r}, 'valid_{name}')\n"
+    tasks += f"register({env + '_broken'!r}, Unseeded)\n"
+    (site / name / "tasks.py").write_text(tasks)
+    load_plugins([f"{name}.tasks"])
+    check_env(env)
+    with pytest.raises(EnvCheckError, match="clause 'seeding'"):
+        check_env(f"{env}_broken")

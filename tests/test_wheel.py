@@ -43,6 +43,18 @@ sys.addaudithook(_hook)
 """
 
 
+DOCS_PROBE = """
+from importlib.resources import files
+import cairn
+docs = files("cairn") / "docs"
+assert "cairn" in (docs / "architecture.md").read_text()
+assert callable(cairn.train)
+for p in [*docs.iterdir(), *(docs / "algorithms").iterdir()]:
+    if p.name.endswith(".md"):
+        print(p.name if p.parent.name == "docs" else "algorithms/" + p.name)
+"""
+
+
 def _copy_sources(dst: Path) -> None:
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
     for name in ("pyproject.toml", "README.md"):
@@ -96,6 +108,14 @@ def test_wheel_works_outside_the_repository(tmp_path):
         text=True,
     )
     assert stray.returncode != 0 and "reached into the repository" in stray.stderr
+    # The docs (architecture, scale, one page per algorithm) ship in the package.
+    docs = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", DOCS_PROBE],
+        cwd=work, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert docs.returncode == 0, docs.stderr[-2000:]
+    pages = docs.stdout.split()
+    assert {"architecture.md", "scale.md", "algorithms/gigpo.md"} <= set(pages), pages
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert cairn("--version").strip() == f"cairn {version}"
     assert "sokoban_grpo" in cairn("presets")

@@ -121,6 +121,9 @@ def summarize(folder: Path, preset: str, seed: int, peak_gib: float, wall: float
         "sampled_invalid_last3": window(rows[-3:], "rollout/invalid_rate"),
         "rollout_success_first3": window(rows[:3], "rollout/success"),
         "rollout_success_last3": window(rows[-3:], "rollout/success"),
+        "task_blind_first3": mean_of(rows[:3], "rollout/task_blind"),
+        "task_blind_last3": mean_of(rows[-3:], "rollout/task_blind"),
+        "curriculum_level_last": rows[-1].get("curriculum/level"),
         "gen_tokens_per_s": round(median(gen), 1), "update_tokens_per_s": round(median(upd), 1),
         "seconds_per_iteration": round(median(r["time/iteration"] for r in rows), 1),
     }  # fmt: skip
@@ -131,8 +134,17 @@ def window(rows: list[dict], key: str) -> float:
     return round(sum(r[key] * r["steps"] for r in rows) / sum(r["steps"] for r in rows), 4)
 
 
-def spread(values: list[float], fmt: str = ".2f") -> str:
-    """``mean (min-max)`` of ``values``."""
+def mean_of(rows: list[dict], key: str) -> float | None:
+    """``key``'s mean over the ``rows`` that log it (an episode share: task_blind); None
+    where none does (a run from before the metric, or an env that does not judge it)."""
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def spread(values: list[float | None], fmt: str = ".2f") -> str:
+    """``mean (min-max)`` of ``values`` (``n/a`` where one is missing)."""
+    if any(v is None for v in values):
+        return "n/a"
     mean = sum(values) / len(values)
     return f"{mean:{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
@@ -150,6 +162,8 @@ def table(results: list[dict]) -> str:
         ("last 3 it.", "sampled_invalid_last3", ".2f"),
         ("sampled success, first 3 it.", "rollout_success_first3", ".2f"),
         ("last 3 it.", "rollout_success_last3", ".2f"),
+        ("task-blind episodes, first 3 it.", "task_blind_first3", ".2f"),
+        ("last 3 it.", "task_blind_last3", ".2f"),
         ("iterations", "iterations", ".0f"),
         ("s/it", "seconds_per_iteration", ".0f"),
         ("generated tok/s", "gen_tokens_per_s", ".0f"),
@@ -161,7 +175,7 @@ def table(results: list[dict]) -> str:
     for preset in dict.fromkeys(r["preset"] for r in results):
         rs = [r for r in results if r["preset"] == preset]
         seeds = ",".join(str(r["seed"]) for r in rs)
-        cells = [spread([r[k] for r in rs], f) for _, k, f in cols]
+        cells = [spread([r.get(k) for r in rs], f) for _, k, f in cols]
         lines.append(f"| {preset} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

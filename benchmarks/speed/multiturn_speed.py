@@ -48,6 +48,7 @@ then the metrics of iteration 1 that differ between the arms. Written to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -135,10 +136,15 @@ def arm(name: str, iterations: int, extra: list[str]) -> dict:
             "eval.at_start=false", "eval.every=0", "checkpoint.every=100000",
             "log.progress=false", f"out_dir={tmp}", *extra,
         ]  # fmt: skip
+        if name == "exact":  # the plain path's rows, the scoring buckets kept
+            import cairn.policies as policies
+
+            made = policies.generation_options
+            policies.generation_options = lambda cfg, extend_turns=False: dataclasses.replace(
+                made(cfg, extend_turns), drop_finished=False, share_prefix=False,
+                reuse_cache=False, prefix_block=0,
+            )  # fmt: skip
         trainer = Trainer(load_config(CONFIG, overrides), Path(tmp) / "run")
-        if name == "exact":
-            policy = trainer.policy
-            policy.drop_finished = policy.share_prefix = policy.reuse_cache = False
         rows = []
         for it in range(1, iterations + 1):
             trainer.iteration = it

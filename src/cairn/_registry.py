@@ -12,6 +12,7 @@ to the entries that take them and are never options.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Callable, Collection
@@ -45,21 +46,40 @@ def check_options(
 
 
 class ImportRegistry:
-    """name -> (import path or object, pip extra or None), for one ``kind`` (e.g. "env")."""
+    """name -> (import path or object, pip extra or None), for one ``kind`` (e.g. "env").
 
-    def __init__(self, kind: str, entries: dict[str, str | tuple[str, str | None]]):
+    An entry may also carry traits, facts about it known without importing it (an env's
+    ``slow=True``: it starts a process or generates games, so the contract tests that
+    iterate the registry mark it slow): ``register(name, target, extra, slow=True)``,
+    read with ``traits(name)``.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        entries: dict[str, str | tuple[str, str | None] | tuple[str, str | None, dict]],
+    ):
         self.kind = kind
         self.entries: dict[str, tuple[Any, str | None]] = {}
+        self._traits: dict[str, dict[str, Any]] = {}
         for name, target in entries.items():
-            self.register(name, *((target,) if not isinstance(target, tuple) else target))
+            if not isinstance(target, tuple):
+                self.register(name, target)
+            else:
+                self.register(name, target[0], target[1], **(target[2] if len(target) > 2 else {}))
 
-    def register(self, name: str, target: Any, extra: str | None = None) -> None:
+    def register(self, name: str, target: Any, extra: str | None = None, **traits: Any) -> None:
         """Add ``name`` -> ``target`` (``"package.module:Name"`` or the object itself)."""
         if name in self.entries and self.entries[name][0] != target:
             raise ValueError(
                 f"{self.kind} {name!r} is already registered as {self.entries[name][0]}"
             )
         self.entries[name] = (target, extra)
+        self._traits[name] = dict(traits)
+
+    def traits(self, name: str) -> dict[str, Any]:
+        """The traits ``name`` was registered with (e.g. ``{"slow": True}``); {} for none."""
+        return dict(self._traits.get(self.check_name(name), {}))
 
     def available(self) -> list[str]:
         return sorted(self.entries)
@@ -68,8 +88,10 @@ class ImportRegistry:
         """``name`` if it is registered, else ValueError listing the available names; imports
         nothing (a config names an entry whose extra may be missing)."""
         if name not in self.entries:
+            close = difflib.get_close_matches(str(name), self.available(), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(
-                f"unknown {self.kind} {name!r}; available: {', '.join(self.available())}"
+                f"unknown {self.kind} {name!r}; available: {', '.join(self.available())}{hint}"
             )
         return name
 

@@ -25,15 +25,17 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from cairn._env_host import EnvFault, EnvFaultRateError
+from cairn._errors import ConfigError
 from cairn._files import UnsafeFile, check_regular
 from cairn.data.rundir import RunLock, RunLocked
 from cairn.integrations.verl import data as verl_data
-from cairn.train.config import ConfigError, describe, load_config
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from cairn.train.config import Config
+    from cairn.train.trainer import Trainer
 
 if TYPE_CHECKING:
     from cairn.train.config import Config
@@ -41,8 +43,56 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-console = Console(highlight=False, soft_wrap=True)
+# Start-up: `cairn --version`, `presets`, `config`, `--help` and a config error answer in well
+# under 0.5 s (benchmarks/speed/cli_speed.py), so this module imports no torch, transformers, env,
+# rich or config schema at the top; each command imports what it needs.
 CONFIG_HELP = "a YAML file or a preset name (cairn presets)"
+SET_HELP = "override one config key; the value is YAML (repeatable; cairn config --keys)"
+
+TRAIN_EPILOG = """\
+--set KEY=VALUE changes one config key (the value is YAML; repeat it for more):
+  cairn train sokoban_grpo --set rollout.group_size=4 --set env.options.size=5
+
+common keys:
+  env.name, env.options.KEY   the task (cairn.envs) and its options (not given: the env's own)
+  model.path                  a local model folder, a Hugging Face hub id (org/name, read from the
+                              local cache when offline) or smollm2-135m-instruct; null: tiny model
+  advantage.name              the estimator: gigpo, grpo, rloo, gae, ... (cairn config --keys)
+  rollout.groups, group_size  B task instances x G episodes per iteration
+  train.iterations, train.time_budget_s, optim.lr, seed, out_dir
+  imports                     your modules that register envs/rewards: 'imports=[my_pkg.tasks]'
+every key with its default and help: cairn config --keys; a resolved config: cairn config CONFIG
+
+the progress line, one per iteration:
+  it    iteration             ep    episodes sampled so far
+  succ  rollout success rate  ret   mean episode return (env reward - penalty + shaped)
+  inv   share of invalid actions (unparsable, or refused by the env)
+  ent   policy entropy per action token     kl    KL to the reference policy
+  clip  share of tokens clipped by PPO      s/it  seconds of the iteration
+  eval  greedy success on held-out tasks    last: the budget used (s/time_budget_s, or it)
+"""
+
+
+def _console() -> Console:
+    """The console every message goes through (rich, imported on first use)."""
+    global _CONSOLE
+    if _CONSOLE is None:
+        from rich.console import Console
+
+        _CONSOLE = Console(highlight=False, soft_wrap=True)
+    return _CONSOLE
+
+
+_CONSOLE: Console | None = None
+
+
+def say(text: str, style: str | None = None) -> None:
+    """Print ``text`` as it is (its brackets escaped, never read as console markup), in
+    ``style`` (e.g. "red") if given."""
+    from rich.markup import escape
+
+    body = escape(text)
+    _console().print(f"[{style}]{body}[/{style}]" if style else body)
 
 
 def _version() -> str:
@@ -62,9 +112,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"cairn {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train a policy (no CONFIG: the GiGPO sokoban demo)")
+    t = sub.add_parser(
+        "train",
+        help="train a policy (no CONFIG: the GiGPO sokoban demo)",
+        description="Train a policy: a run folder out_dir/<name>-s<seed>-<time> with "
+        "config.yaml, metrics.jsonl, trajectories, checkpoints and plots.",
+        epilog=TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     t.add_argument("config", nargs="?", help=CONFIG_HELP)
-    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP
+    )
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
 
     e = sub.add_parser(
@@ -79,7 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="train configs on several seeds and compare curves")
     c.add_argument("configs", nargs="+", help=CONFIG_HELP)
     c.add_argument("--seeds", type=int, default=3)
-    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    c.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP
+    )
     c.add_argument("--target", type=float, default=None, help="success target (eval.target)")
     c.add_argument("--out", default=None, help="output folder (default runs/compare-<time>)")
     c.add_argument("--jobs", type=int, default=1, help="runs in parallel (1 thread each)")
@@ -104,11 +165,22 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("config", help="a config (file or preset) whose env takes the problem")
     r.add_argument("--problem", required=True, help="the test problem, e.g. 'x*exp(x)'")
     r.add_argument("--from", dest="source", metavar="RUN_DIR", help="start from a run's weights")
-    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP
+    )
 
-    g = sub.add_parser("config", help="print a resolved config, or every key with its help")
+    g = sub.add_parser(
+        "config",
+        help="print a resolved config, or every key with its help",
+        description="Print the config CONFIG resolves to (defaults, file, --set) as YAML that "
+        "loads back to it; checks the keys and values, not the registries (cairn train does). "
+        "With a pretrained model (model.path) the tiny model's keys left at their defaults "
+        "are not shown.",
+    )
     g.add_argument("config", nargs="?", help=CONFIG_HELP)
-    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    g.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP
+    )
     g.add_argument("--keys", action="store_true", help="list every key, default and help")
 
     sub.add_parser("presets", help="list the shipped presets with a one-line description")
@@ -124,14 +196,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from cairn.train.trainer import new_run_dir
+    from cairn.train.config import load_config
 
     if args.resume:  # one writer per run: run.lock is held from the config check to the end
         run_dir = Path(args.resume)
         ckpt = _resumable(run_dir, args.config)
         with _locked(run_dir):
             return _train(_resume_config(run_dir, ckpt, args.overrides), run_dir, resume=True)
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides)  # before torch is imported: errors are quick
+    from cairn.train.trainer import new_run_dir
+
     return _train(cfg, new_run_dir(cfg), resume=False)
 
 
@@ -141,17 +215,17 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
     _check_device(cfg.model.device)
     with _signals_interrupt():
         trainer = _start(lambda: Trainer(cfg, run_dir, resume=resume), run_dir)
-        console.print(f"run directory: {run_dir}")
+        say(f"run directory: {run_dir}")
         with _interrupt_names(run_dir):
             summary = _run(trainer, run_dir)
     if trainer.dist.is_main:  # one rank draws (under torchrun every rank runs this)
         _plot("plot_run", trainer.dir)
-    console.print(
+    say(
         f"untrained success {_fmt(summary['untrained_success'])} -> "
         f"eval success {_fmt(summary['eval_success'])} after {summary['episodes']} episodes, "
         f"{summary['train_seconds']:.0f} s of training ({summary['wall_seconds']:.0f} s wall)"
     )
-    console.print(f"run: {run_dir.name}  ({run_dir})")
+    say(f"run: {run_dir.name}  ({run_dir})")
     return 0
 
 
@@ -164,7 +238,7 @@ def _plot(figure: str, *args: Any) -> bool:
 
         getattr(plots, figure)(*args)
     except Exception as err:
-        console.print(f"[yellow]plotting failed: {escape(str(err))}[/yellow]")
+        say(f"plotting failed: {err}", "yellow")
         return False
     return True
 
@@ -183,7 +257,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"cannot evaluate {args.run_dir}: {' '.join(str(err).split())}"
         ) from err
     print(json.dumps(result, indent=2))
-    console.print(f"written: {path}")
+    say(f"written: {path}")
     return 0
 
 
@@ -194,12 +268,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         done = export_run(Path(args.run_dir), Path(args.out), merge=args.merge, force=args.force)
     except ExportError as err:
-        console.print(f"[red]error:[/red] {escape(str(err))}")
+        _error_line(str(err))
         return 2
     what = {"model": "model", "merged": "merged model", "adapter": "LoRA adapter"}[done.kind]
-    console.print(f"{what} of {done.checkpoint} written to {escape(str(done.out))}")
+    say(f"{what} of {done.checkpoint} written to {done.out}")
     if done.base is not None:
-        console.print(f"its base model: {escape(done.base)}")
+        say(f"its base model: {done.base}")
     return 0
 
 
@@ -211,6 +285,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/compare-{datetime.now():%Y%m%d-%H%M%S}")
     summary = compare(args.configs, args.seeds, out, args.overrides, args.target, args.jobs)
     plotted = _plot("plot_compare_dir", summary, out) and (out / "curves.png").is_file()
+    from rich.table import Table
+
     table = Table(title=f"episodes to success {summary['target']}")
     for col in ("config", "episodes to target", "reached", "final success"):
         table.add_column(col)
@@ -223,22 +299,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
             c["reached"],
             f"{c['final_success_mean']:.3f}" + ("" if ci is None else f" ± {ci:.3f}"),
         )
-    console.print(table)
-    console.print(f"results: {out}/compare.md" + (f", {out}/curves.png" if plotted else ""))
+    _console().print(table)
+    say(f"results: {out}/compare.md" + (f", {out}/curves.png" if plotted else ""))
     reported = True
     try:
         from cairn.report.html import build_compare_report
 
-        console.print(f"report: {build_compare_report(out)}")
+        say(f"report: {build_compare_report(out)}")
     except Exception as err:  # the HTML form never loses the comparison's results
-        console.print(f"[yellow]HTML report failed: {escape(str(err))}[/yellow]")
+        say(f"HTML report failed: {err}", "yellow")
         reported = False
     if plotted and reported:
         return 0
     missing = [n for n, ok in (("curves.png", plotted), ("compare.html", reported)) if not ok]
-    console.print(
-        f"[yellow]{' and '.join(missing)} not written; the results in {out}/compare.json "
-        "and compare.md are complete (exit status 1)[/yellow]"
+    say(
+        f"{' and '.join(missing)} not written; the results in {out}/compare.json "
+        "and compare.md are complete (exit status 1)",
+        "yellow",
     )
     return 1
 
@@ -270,7 +347,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         ) from None
     print(path, flush=True)
     if args.serve:
-        ready = lambda url, _: console.print(f"serving {url}  (Ctrl-C stops)")  # noqa: E731
+        ready = lambda url, _: say(f"serving {url}  (Ctrl-C stops)")  # noqa: E731
         try:
             serve(path, args.port, seconds=args.serve_seconds, ready=ready)
         except OSError as err:
@@ -282,6 +359,7 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     """LADDER's test-time RL: variants of one problem, RL on them, greedy answer, restore."""
     from cairn.exploration.variants import test_time_rl
     from cairn.train.checkpoint import latest_checkpoint
+    from cairn.train.config import load_config
     from cairn.train.trainer import Trainer, new_run_dir
 
     problem = json.dumps(args.problem)  # a quoted YAML string
@@ -300,11 +378,11 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, [*overrides, *args.overrides])
     _check_device(cfg.model.device)
     run_dir = new_run_dir(cfg)
-    console.print(f"test-time RL on {args.problem!r}: {run_dir}")
+    say(f"test-time RL on {args.problem!r}: {run_dir}")
     with _signals_interrupt(), _interrupt_names(run_dir):
         summary = test_time_rl(lambda: _start(lambda: Trainer(cfg, run_dir), run_dir))
     _plot("plot_run", run_dir)
-    console.print(
+    say(
         f"solved before: {_fmt(summary['untrained_success'])}, after test-time RL: "
         f"{_fmt(summary['eval_success'])}; weights restored: {summary['weights_restored']}"
     )
@@ -315,12 +393,20 @@ def cmd_config(args: argparse.Namespace) -> int:
     """Plain text, no rich markup: the printed YAML loads back to the same config."""
     import yaml
 
+    from cairn.train.config import TINY_MODEL_KEYS, describe, load_config
+
     if args.keys:
         for key, default, help_ in describe():
             print(f"{key} = {default!r}  # {help_}")
         return 0
-    cfg = load_config(args.config, args.overrides)
-    sys.stdout.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    cfg = load_config(args.config, args.overrides, check=False)  # data: no registry, no torch
+    data = cfg.model_dump()
+    if cfg.model.path is not None:  # a pretrained model: the tiny model's keys do not apply
+        fields = type(cfg.model).model_fields
+        for key in TINY_MODEL_KEYS:
+            if data["model"][key] == fields[key].default:  # a given value stays (it warns)
+                del data["model"][key]
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
     return 0
 
 
@@ -453,7 +539,7 @@ def _locked(run_dir: Path) -> Iterator[None]:
         lock.release()
 
 
-def _resume_config(run_dir: Path, ckpt: Path, overrides: list[str]) -> Any:
+def _resume_config(run_dir: Path, ckpt: Path, overrides: list[str]) -> Config:
     """The config to resume with, checked against the checkpoint (cairn.train.runconfig);
     read under the lock, so the checkpoint is the one the trainer will load."""
     from cairn.train.runconfig import resume_config
@@ -557,6 +643,14 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+def _error_line(text: str) -> None:
+    """``error: TEXT`` on stdout, "error:" in red on a terminal (as rich would print it,
+    without importing rich: a config error answers at once); ``TEXT`` printed as it is."""
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    head = "\033[31merror:\033[0m" if color else "error:"
+    print(f"{head} {text}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
@@ -578,10 +672,10 @@ def main(argv: list[str] | None = None) -> int:
     except one_line as err:  # one line; an EnvFault here came from an env call outside a
         if os.environ.get("CAIRN_TRACEBACK"):  # rollout (warm-up, curriculum build)
             raise
-        console.print(f"[red]error:[/red] {escape(str(err))}")
+        _error_line(str(err))
         return 2
     except KeyboardInterrupt as err:
-        console.print(f"[yellow]{escape(_interrupt_message(err))}[/yellow]")
+        say(_interrupt_message(err), "yellow")
         return _SIGNAL_STATUS.get(getattr(err, "signame", "SIGINT"), 130)
     except BrokenPipeError:  # the reader went away (cairn config --keys | head): quietly
         _silence_stdout()

@@ -54,6 +54,10 @@ CASES: list[tuple[str, dict[str, Any], Any, bool]] = [
     ("elpo", {}, TREE, False),
     ("elpo", {"branch_weight": 1.0, "traj_weight": -0.5}, TREE, False),
 ]
+# Every registered estimator is a case, from the registry: one registered after the list
+# above was written runs with its defaults on tree batches (they carry every column),
+# assumed to have batch-level statistics (so it skips the concatenation test).
+CASES += [(n, {}, TREE, True) for n in available() if n not in {c[0] for c in CASES}]
 IDS = [
     f"{name}-{'-'.join(f'{k}={v}' for k, v in opts.items() if k != 'features')}"
     for name, opts, *_ in CASES
@@ -75,12 +79,27 @@ def test_every_estimator_is_covered() -> None:
     assert {c[0] for c in CASES} == set(available())
 
 
+@pytest.mark.parametrize("name", available())
+def test_every_registered_estimator_has_a_plain_loop_reference(name: str) -> None:
+    """Iterates the registry: an estimator without a reference fails here, saying so."""
+    assert name in ref.REFERENCES, (
+        f"estimator {name!r} has no plain-loop reference: add one to "
+        "cairn.advantages.loops.REFERENCES (the parity oracle of test_matches_plain_loop)"
+    )
+    for seed in range(3):  # default options on tree batches, which every estimator takes
+        batch = TREE(np.random.default_rng(seed))
+        np.testing.assert_allclose(
+            estimate(name, batch), ref.REFERENCES[name](batch), rtol=1e-9, atol=1e-9
+        )
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize(("name", "options", "make", "_"), CASES, ids=IDS)
 def test_matches_plain_loop(name: str, options: dict, make: Any, _: bool, seed: int) -> None:
     batch = make(np.random.default_rng(seed))
     opts = _resolve(options, batch)
     got = estimate(name, batch, **opts)
+    assert name in ref.REFERENCES, f"estimator {name!r} has no plain-loop reference"
     want = ref.REFERENCES[name](batch, **opts)
     assert got.dtype == np.float64 and got.shape == (len(batch),)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
@@ -124,7 +143,7 @@ def test_parts_are_consistent(name: str, options: dict, make: Any, _: bool) -> N
         assert value.shape == (len(batch),) and value.dtype == np.float64
 
 
-@pytest.mark.parametrize("name", sorted({c[0] for c in CASES}))
+@pytest.mark.parametrize("name", available())
 def test_empty_batch_gives_empty_result(name: str) -> None:
     batch = random_tree_batch(np.random.default_rng(0)).take(np.zeros(0, dtype=np.int64))
     assert estimate(name, batch).shape == (0,)
@@ -174,3 +193,8 @@ def test_arpo_hard_needs_path_but_soft_does_not() -> None:
     estimate("arpo", StepBatch(cols))
     with pytest.raises(ValueError, match="path"):
         estimate("arpo", StepBatch(cols), attribution="hard")
+
+
+def test_an_estimator_without_a_reference_fails_saying_so() -> None:
+    with pytest.raises(AssertionError, match="'mine' has no plain-loop reference"):
+        test_every_registered_estimator_has_a_plain_loop_reference("mine")

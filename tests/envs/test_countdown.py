@@ -341,13 +341,17 @@ def test_text_render_states_the_task_in_words():
     env = make("countdown", render="text", allow_trivial=True, max_steps=2, **SMALL)
     obs, _ = env.reset(seed=0)
     assert obs == "Numbers: 18, 1, 11. Target: 30."
-    assert env.instruction == (
-        "Countdown: make 30 from the numbers 18, 1, 11. Combine them with + - * / and "
-        "parentheses into one arithmetic expression whose value is 30. Use each number at "
-        "most once."
+    # the rules only, the same for every instance: the instance is in the observation, so
+    # every prompt of an iteration shares the instruction as one prefix
+    rules = (
+        "Countdown: combine the given numbers with + - * / and parentheses into one "
+        "arithmetic expression whose value is the target. Use each number at most once."
     )
+    assert env.instruction == rules
+    assert "18" not in env.instruction and "30" not in env.instruction
     obs = env.step("18 + 1")[0]
     assert obs == "Numbers: 18, 1, 11. Target: 30. Your last answer was too low."
+    assert env.reset(seed=1)[0] != "Numbers: 18, 1, 11. Target: 30." and env.instruction == rules
     with pytest.raises(ValueError, match="render"):
         make("countdown", render="grid")
 

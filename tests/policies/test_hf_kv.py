@@ -9,18 +9,18 @@ import pytest
 import torch
 
 from cairn.envs import make
-from cairn.policies import HFPolicy, local_tokenizer
+from cairn.policies import GenerationOptions, HFPolicy, local_tokenizer
 from cairn.policies.kv import KeptCaches, weights_version
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.train.config import load_config
 from cairn.train.setup import turns_extend
 
 
-def _policy(attn: str = "eager") -> tuple[HFPolicy, list[list[int]]]:
+def _policy(attn: str = "eager", **options) -> tuple[HFPolicy, list[list[int]]]:
     env = make("sokoban", render="compact", max_solution=5)
     tok = local_tokenizer(env, env.instruction)
     config = tiny_config(len(tok), pad_token_id=0, eos_token_id=2, attn_implementation=attn)
-    policy = HFPolicy(build_tiny_model(config, seed=0), tok)
+    policy = HFPolicy(build_tiny_model(config, seed=0), tok, options=GenerationOptions(**options))
     prompts = []
     for seed in range(4):
         obs, _ = env.reset(seed=seed)
@@ -33,9 +33,10 @@ _CHOICES = [["up"], ["down left"], ["left up right"], ["right"], ["up down"], ["
 
 def _two_turns(policy: HFPolicy, prompts, reuse: bool, drop: bool):
     """Turn 1 on ``prompts`` (choices of 1-3 words, so rows end at different steps), then
-    turn 2 on each prompt + its reply + a new observation, sampled freely."""
-    policy.reuse_cache, policy.drop_finished, policy.forward_tokens = reuse, drop, 0
-    policy._kept.clear()
+    turn 2 on each prompt + its reply + a new observation, sampled freely (a fresh policy
+    over ``policy``'s model: nothing kept, its token count at 0)."""
+    options = GenerationOptions(reuse_cache=reuse, drop_finished=drop)
+    policy = HFPolicy(policy.model, policy.tokenizer, options=options)
     gen = torch.Generator().manual_seed(3)
     first = policy.generate(prompts, max_new_tokens=6, choices=_CHOICES, generator=gen)
     turn1_tokens = policy.forward_tokens
@@ -65,11 +66,10 @@ def test_the_next_turn_continues_the_kept_cache(attn, drop):
 
 
 def test_changed_weights_or_an_update_drop_the_kept_rows():
-    policy, prompts = _policy()
-    policy.reuse_cache = True
+    policy, prompts = _policy(reuse_cache=True)
     gen = torch.Generator().manual_seed(0)
     first = policy.generate(prompts, max_new_tokens=4, generator=gen)
-    assert len(policy._kept.rows) == len(
+    assert len(policy.sharing.kept.rows) == len(
         {(*p, *g.token_ids[:-1]) for p, g in zip(prompts, first, strict=True)}
     )
     nxt = [[*p, *g.token_ids, 5] for p, g in zip(prompts, first, strict=True)]
@@ -77,15 +77,15 @@ def test_changed_weights_or_an_update_drop_the_kept_rows():
     with torch.no_grad():
         next(policy.model.parameters()).add_(0.0)  # in place: the version moves
     assert weights_version(policy.model) != version
-    policy.forward_tokens = 0
+    before = policy.forward_tokens
     policy.generate(nxt, max_new_tokens=1, generator=gen)
-    assert policy.forward_tokens == sum(map(len, {tuple(r) for r in nxt}))  # all prefilled
+    assert policy.forward_tokens - before == sum(map(len, {tuple(r) for r in nxt}))  # all prefilled
     # A score with gradients (an update's) drops what generation kept.
-    assert policy._kept.rows
+    assert policy.sharing.kept.rows
     from cairn.data.tokens import collate_scoring
 
     policy.score(collate_scoring(nxt[:1], [[4, 5]], pad_id=policy.pad_id))
-    assert not policy._kept.rows
+    assert not policy.sharing.kept.rows
 
 
 def test_longest_kept_prefix_leaves_a_token_to_feed():

@@ -1,8 +1,8 @@
 """A prefix that every prompt (or scored context) begins with goes through the model once
-(``HFPolicy.share_prefix``): the same tokens are sampled for a fixed seed, log-probs,
+(``GenerationOptions.share_prefix``): the same tokens are sampled for a fixed seed, log-probs,
 entropies and gradients equal the full forward's within float rounding, and the tokens
 pushed through the model fall by the prefix times the rows that share it. Scoring in
-buckets of similar length (``HFPolicy.bucket_cost``) feeds less padding, with the same
+buckets of similar length (``bucket_cost``) feeds less padding, with the same
 numbers within float rounding."""
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from cairn.data.tokens import collate_scoring
 from cairn.envs import make
 from cairn.policies import (
     BUCKET_COST_CPU,
+    GenerationOptions,
     HFPolicy,
     build_policy,
     local_tokenizer,
     save_model_dir,
 )
-from cairn.policies import hf as hf_mod
-from cairn.policies.hf import _common_prefix, _partition
+from cairn.policies import sharing as sharing_mod
 from cairn.policies.lora import LoraSpec, apply_lora
+from cairn.policies.sharing import SharedPath, _common_prefix, _partition
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.train.config import ModelConfig
 
@@ -46,20 +47,26 @@ def _policy(arch: str = "llama", attn: str = "eager") -> tuple[HFPolicy, list[li
     return policy, prompts + prompts[:1]
 
 
+def _with(policy: HFPolicy, **options) -> HFPolicy:
+    """A fresh policy over ``policy``'s model and tokenizer with ``options`` (nothing kept,
+    its token count at 0)."""
+    return HFPolicy(policy.model, policy.tokenizer, options=GenerationOptions(**options))
+
+
+def _stages(share: bool = True, least: int = 2):
+    options = GenerationOptions(share_prefix=share, min_shared_prefix=least)
+    return SharedPath(options).prefix_stages
+
+
 def test_prefix_stages_worked_numbers():
-    policy, _ = _policy()
-    policy.share_prefix, policy.min_shared_prefix = True, 2
     rows = [[1, 2, 3, 4, 5], [1, 2, 3, 9]]
-    stages = policy._prefix_stages
+    stages = _stages(least=2)
     assert stages(rows, [1, 1]) == [([0, 0], [3])]  # common 3, shortest 4 keeps 1
     assert stages(rows, [2, 2]) == [([0, 0], [2])]  # the shortest row keeps 2 tokens
     assert stages(rows[:1], [1]) == []  # one row: nothing to share
-    policy.min_shared_prefix = 4
-    assert stages(rows, [1, 1]) == []  # 3 < 4: not worth a forward
-    policy.share_prefix, policy.min_shared_prefix = False, 2
-    assert stages(rows, [1, 1]) == []
+    assert _stages(least=4)(rows, [1, 1]) == []  # 3 < 4: not worth a forward
+    assert _stages(share=False, least=2)(rows, [1, 1]) == []
     # Groups: rows 0 and 1 agree on all but their last token, row 2 only on the first two.
-    policy.share_prefix = True
     rows = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 7], [1, 2, 8, 9, 9, 9]]
     # Everyone's 2 tokens once; then [3, 4, 5] once for rows 0-1 (saves 3 tokens) and
     # [8, 9, 9] for row 2; the rows' last tokens after.
@@ -67,10 +74,8 @@ def test_prefix_stages_worked_numbers():
     # Row 1 keeps its last 2 tokens: no two rows agree on what they may share.
     assert stages(rows, [1, 2, 1]) == [([0, 0, 0], [2])]
     # At 4, the 2 common tokens are not worth a forward; rows 0-1 sharing 5 tokens are.
-    policy.min_shared_prefix = 4
-    assert stages(rows, [1, 1, 1]) == [([0, 0, 1], [5, 5])]
-    policy.min_shared_prefix = 6
-    assert stages(rows, [1, 1, 1]) == []
+    assert _stages(least=4)(rows, [1, 1, 1]) == [([0, 0, 1], [5, 5])]
+    assert _stages(least=6)(rows, [1, 1, 1]) == []
     # The common prefix is that of the smallest and largest rows in lexicographic order.
     assert _common_prefix([(1, 2, 3, 4), (1, 5), (1, 2, 9)]) == 1
     assert _common_prefix([(7, 8), (7, 8, 9)]) == 2  # one row is a prefix of the other
@@ -83,7 +88,7 @@ def test_generation_samples_the_same_tokens(greedy, attn):
     policy, prompts = _policy(attn=attn)
     runs = {}
     for share in (False, True):
-        policy.share_prefix, policy.forward_tokens = share, 0
+        policy = _with(policy, share_prefix=share)
         outs = policy.generate(
             prompts, max_new_tokens=10, temperature=0.9, greedy=greedy,
             generator=torch.Generator().manual_seed(4),
@@ -110,8 +115,8 @@ def _batch(policy: HFPolicy, prompts: list[list[int]]):
     return collate_scoring(ctx, acts, None, policy.pad_id)
 
 
-def _scores_and_grads(policy: HFPolicy, batch, share: bool):
-    policy.share_prefix, policy.forward_tokens = share, 0
+def _scores_and_grads(policy: HFPolicy, batch, share: bool, bucket_cost: int | None = None):
+    policy = _with(policy, share_prefix=share, bucket_cost=bucket_cost)
     policy.model.zero_grad(set_to_none=True)
     logp, ent = policy.score(batch, 0.8, True)
     m = batch.action_mask
@@ -162,7 +167,7 @@ def test_scoring_rows_scored_from_inside_their_action():
 
 def test_scoring_with_lora_adapters():
     policy, prompts = _policy()
-    policy.model = apply_lora(policy.model, LoraSpec(r=4, alpha=8))
+    policy = policy.with_model(apply_lora(policy.model, LoraSpec(r=4, alpha=8)))
     with torch.no_grad():  # B starts at zero: give the adapters an effect to differentiate
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
@@ -179,7 +184,7 @@ def test_gradient_checkpointing_scores_the_whole_contexts(lora):
         gradient_checkpointing_kwargs={"use_reentrant": False}
     )
     if lora:  # as build_policy does: checkpointing first, then the adapters
-        policy.model = apply_lora(policy.model, LoraSpec(r=4, alpha=8))
+        policy = policy.with_model(apply_lora(policy.model, LoraSpec(r=4, alpha=8)))
     policy.model.train()
     old, new = _assert_same(policy, _batch(policy, prompts))
     assert old == new
@@ -191,24 +196,27 @@ def test_pretrained_models_share_the_prefix_the_tiny_default_does_not(tmp_path):
     env = make("sokoban", render="compact", max_solution=5)
     folder = save_model_dir(policy, tmp_path / "tiny")
     loaded = build_policy(ModelConfig(path=str(folder)), env, env.instruction, seed=0)
-    assert loaded.share_prefix and loaded.drop_finished
-    assert loaded.bucket_cost == BUCKET_COST_CPU
+    assert loaded.options.share_prefix and loaded.options.drop_finished
+    assert loaded.options.bucket_cost == BUCKET_COST_CPU
+    assert isinstance(loaded.sharing, SharedPath)
     default = build_policy(ModelConfig(), env, env.instruction, seed=0)
-    assert not default.share_prefix and not default.drop_finished
-    assert default.bucket_cost is None
+    assert not default.options.share_prefix and not default.options.drop_finished
+    assert default.options.bucket_cost is None
+    assert default.options == GenerationOptions()  # the plain path, float32
+    assert not isinstance(default.sharing, SharedPath)
 
 
 def test_generation_groups_prompts_that_differ_in_their_last_token_with_lora():
     # Two prompts that agree on all but their last token share that part (the second
     # stage), through a PEFT wrapper: same tokens, log-probs within rounding.
-    policy, prompts = _policy()
-    policy.model = apply_lora(policy.model, LoraSpec(r=4, alpha=8))
+    base, prompts = _policy()
+    model = apply_lora(base.model, LoraSpec(r=4, alpha=8))
     rows = [prompts[1], [*prompts[1][:-1], prompts[2][-1]], prompts[3]]
-    policy.min_shared_prefix = 4
     runs = {}
     for share in (False, True):
-        policy.share_prefix, policy.forward_tokens = share, 0
-        assert len(policy._prefix_stages(rows, [1, 1, 1])) == (2 if share else 0)
+        options = GenerationOptions(share_prefix=share, min_shared_prefix=4)
+        policy = HFPolicy(model, base.tokenizer, options=options)
+        assert len(SharedPath(options).prefix_stages(rows, [1, 1, 1])) == (2 if share else 0)
         outs = policy.generate(
             rows, max_new_tokens=6, temperature=0.9, generator=torch.Generator().manual_seed(2)
         )
@@ -284,14 +292,13 @@ def test_buckets_feed_no_padding_and_give_the_same_numbers(share, attn):
     padded = sum(rows * width for rows, width, _ in calls)
     assert padded > one[3]  # one batch feeds padding: the contexts differ in length
     calls.clear()
-    policy.bucket_cost = 0  # calls are free: each bucket holds rows of one length
-    bucketed = _scores_and_grads(policy, batch, share)
+    # calls are free: each bucket holds rows of one length
+    bucketed = _scores_and_grads(policy, batch, share, bucket_cost=0)
     _assert_close(bucketed, one)
     assert bucketed[3] == one[3]  # the same tokens, without the padding
     assert sum(rows * width for rows, width, _ in calls) == bucketed[3]
-    policy.bucket_cost = 10**6  # calls too dear to split: the one batch's calls
-    calls.clear()
-    _assert_close(_scores_and_grads(policy, batch, share), one)
+    calls.clear()  # calls too dear to split: the one batch's calls
+    _assert_close(_scores_and_grads(policy, batch, share, bucket_cost=10**6), one)
     assert sum(rows * width for rows, width, _ in calls) == padded
 
 
@@ -304,8 +311,7 @@ def test_buckets_under_gradient_checkpointing_feed_whole_contexts():
     batch = _batch(policy, prompts)
     one = _scores_and_grads(policy, batch, share=True)
     calls = _record_calls(policy)
-    policy.bucket_cost = 0
-    bucketed = _scores_and_grads(policy, batch, share=True)
+    bucketed = _scores_and_grads(policy, batch, share=True, bucket_cost=0)
     _assert_close(bucketed, one)
     assert len(calls) > 1 and all(width == attended for _, width, attended in calls)  # no cache
     assert sum(rows * width for rows, width, _ in calls) == bucketed[3] == one[3]
@@ -320,8 +326,7 @@ def test_a_cache_that_can_only_be_reordered_in_place_is_not_split(monkeypatch):
     calls = _record_calls(policy)
     one = _scores_and_grads(policy, batch, share=True)
     n_calls = len(calls)
-    monkeypatch.setattr(hf_mod, "plain_layers", lambda cache: None)
+    monkeypatch.setattr(sharing_mod, "plain_layers", lambda cache: None)
     calls.clear()
-    policy.bucket_cost = 0
-    _assert_close(_scores_and_grads(policy, batch, share=True), one)
+    _assert_close(_scores_and_grads(policy, batch, share=True, bucket_cost=0), one)
     assert len(calls) == n_calls == 3  # the head, the groups, the contexts' own tokens

@@ -8,16 +8,17 @@ import pytest
 import torch
 
 from cairn.data.tokens import collate_scoring
-from cairn.policies import HFPolicy, local_tokenizer
-from cairn.policies.hf import _decoder_and_head
+from cairn.policies import GenerationOptions, HFPolicy, local_tokenizer
 from cairn.policies.lora import LoraSpec, apply_lora
+from cairn.policies.modelio import decoder_and_head
 from cairn.policies.tiny import build_tiny_model, tiny_config
 
 
-def _policy(env, arch: str) -> HFPolicy:
+def _policy(env, arch: str, score_chunk: int = 1024) -> HFPolicy:
     tok = local_tokenizer(env, env.instruction)
     config = tiny_config(len(tok), arch=arch, pad_token_id=0, eos_token_id=2)
-    return HFPolicy(build_tiny_model(config, seed=0), tok)
+    options = GenerationOptions(score_chunk=score_chunk)
+    return HFPolicy(build_tiny_model(config, seed=0), tok, options=options)
 
 
 def _batch(policy: HFPolicy, env, restricted: bool = False):
@@ -59,38 +60,35 @@ def _assert_same(policy: HFPolicy, batch):
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("restricted", [False, True])
 def test_response_only_scoring_equals_whole_model_scoring(compact_env, arch, restricted):
-    policy = _policy(compact_env, arch)
-    policy.score_chunk = 5  # several chunks: 23 response tokens in this batch
+    policy = _policy(compact_env, arch, score_chunk=5)  # several chunks: 23 response tokens
     batch = _batch(policy, compact_env, restricted)
     assert int(batch.action_mask.sum()) == 23 and batch.actions.shape[1] == 6
     _assert_same(policy, batch)
 
 
 def test_with_gradient_checkpointing(compact_env):
-    policy = _policy(compact_env, "llama")
+    policy = _policy(compact_env, "llama", score_chunk=4)
     policy.model.gradient_checkpointing_enable(
         gradient_checkpointing_kwargs={"use_reentrant": False}
     )
     policy.model.train()
-    policy.score_chunk = 4
     _assert_same(policy, _batch(policy, compact_env))
 
 
 def test_with_lora_adapters(compact_env):
-    policy = _policy(compact_env, "llama")
+    base = _policy(compact_env, "llama")
     torch.manual_seed(0)
-    policy.model = apply_lora(policy.model, LoraSpec(r=4))
+    policy = base.with_model(apply_lora(base.model, LoraSpec(r=4)))
     with torch.no_grad():  # adapters start at B = 0: move them so they count
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.05)
-    assert _decoder_and_head(policy.model) is not None
+    assert decoder_and_head(policy.model) is not None
     _assert_same(policy, _batch(policy, compact_env))
 
 
 def test_the_head_runs_on_response_tokens_only(compact_env):
-    policy = _policy(compact_env, "llama")
-    policy.score_chunk = 8
+    policy = _policy(compact_env, "llama", score_chunk=8)
     batch = _batch(policy, compact_env)
     rows = []
     head = policy.model.get_output_embeddings()
@@ -103,8 +101,8 @@ def test_the_head_runs_on_response_tokens_only(compact_env):
 
 def test_models_with_a_logit_transform_take_the_whole_model_path(compact_env):
     policy = _policy(compact_env, "llama")
-    assert _decoder_and_head(policy.model) is not None
+    assert decoder_and_head(policy.model) is not None
     policy.model.config.final_logit_softcapping = 30.0
-    assert _decoder_and_head(policy.model) is None
+    assert decoder_and_head(policy.model) is None
     logp, _ = policy.score(_batch(policy, compact_env))  # still scores, the old way
     assert logp.shape == (7, 6)

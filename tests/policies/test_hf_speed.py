@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from cairn.envs import make
-from cairn.policies import HFPolicy, local_tokenizer
-from cairn.policies.hf import _cache_kwarg, _multinomial, _Rows
+from cairn.policies import GenerationOptions, HFPolicy, local_tokenizer
+from cairn.policies.hf import _multinomial, _Rows
+from cairn.policies.modelio import cache_kwarg
 from cairn.policies.tiny import build_tiny_model, tiny_config
 
 # Words the random tiny model writes often: as stop strings they end most rows early.
@@ -28,6 +29,12 @@ def llama() -> tuple[HFPolicy, list[list[int]]]:
         obs, _ = env.reset(seed=seed)
         prompts.append(policy.encode(" ".join(["box"] * (seed % 4)) + f" obs: {obs} act:"))
     return policy, prompts + prompts[:4]
+
+
+def _with(policy: HFPolicy, **options) -> HFPolicy:
+    """A fresh policy over the same model and tokenizer with ``options`` (its token count
+    starts at 0)."""
+    return HFPolicy(policy.model, policy.tokenizer, options=GenerationOptions(**options))
 
 
 def test_generation_is_unchanged_for_a_fixed_seed(llama):
@@ -72,7 +79,7 @@ def test_dropping_finished_rows_samples_the_same_tokens_with_less_work(llama):
     policy, prompts = llama
     runs = {}
     for drop in (False, True):
-        policy.drop_finished, policy.forward_tokens = drop, 0
+        policy = _with(policy, drop_finished=drop)
         outs = policy.generate(
             prompts,
             max_new_tokens=16,
@@ -114,8 +121,8 @@ def test_the_kv_cache_goes_under_the_name_the_model_takes():
         def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs):
             return input_ids
 
-    assert _cache_kwarg(Old()) == "past_key_values"
-    assert _cache_kwarg(New()) == "cache"
+    assert cache_kwarg(Old()) == "past_key_values"
+    assert cache_kwarg(New()) == "cache"
 
 
 def test_rows_dropped_right_after_the_shared_prefill(llama):
@@ -125,7 +132,7 @@ def test_rows_dropped_right_after_the_shared_prefill(llama):
     choices = [["up", "down"] if i % 2 else None for i in range(12)]
     runs = {}
     for drop in (False, True):
-        policy.drop_finished, policy.forward_tokens = drop, 0
+        policy = _with(policy, drop_finished=drop)
         outs = policy.generate(
             prompts, max_new_tokens=6, choices=choices, generator=torch.Generator().manual_seed(3)
         )

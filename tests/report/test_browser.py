@@ -86,6 +86,8 @@ def test_report_renders_and_a_click_highlights_the_step_group(driver, tiny_run, 
     assert "sel" in cell.get_attribute("class")
     detail = driver.find_element(By.ID, "detail")
     assert detail.is_displayed() and f"{same} turns" in detail.text
+    prompt = detail.find_element(By.CSS_SELECTOR, "details.prompt")  # what the model saw
+    assert prompt.get_attribute("open") is None and "prompt the model saw" in prompt.text
     shot = tmp_path / "report.png"
     driver.save_screenshot(str(shot))
     assert shot.stat().st_size > 20_000

@@ -82,6 +82,28 @@ def test_missing_package_hint_names_the_extra(tmp_path, monkeypatch):
     assert not loggers.active
 
 
+def test_the_install_hint_keeps_its_brackets_on_the_console(tmp_path, monkeypatch):
+    # the console reads [wandb] as markup and printed "pip install 'cairn-rl'" (issue 35)
+    import builtins
+    import io
+
+    from rich.console import Console
+
+    real = builtins.__import__
+
+    def no_wandb(name, *a, **kw):
+        if name == "wandb":
+            raise ImportError("No module named 'wandb'")
+        return real(name, *a, **kw)
+
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    with pytest.warns(LoggerWarning):
+        LoggerSet(["wandb"], tmp_path, say=console.print)
+    assert "pip install 'cairn-rl[wandb]'" in out.getvalue()
+
+
 def test_unknown_logger_names_fail_at_config_load():
     with pytest.raises(ConfigError, match="unknown logger") as err:
         load_config(None, ["log.loggers=[jsonl, tensorbored]"])

@@ -76,6 +76,63 @@ def test_report_matches_the_dumped_records(tiny_run):
             assert st["A"] == raw["advantage"]
 
 
+def _prompt_of(steps: list[dict], i: int, strings: list[str]) -> str:
+    """report.js's promptOf, in Python: pk characters of the step before's prompt, its pl
+    characters from pf, then string pa."""
+    text = ""
+    for st in steps[: i + 1]:
+        copied = text[st["pf"] : st["pf"] + st["pl"]] if "pl" in st else ""
+        text = text[: st["pk"]] + copied + strings[st["pa"]]
+    return text
+
+
+def test_the_prompt_the_model_saw_reaches_the_trajectories_and_the_report(tiny_run):
+    from cairn.data.episode import prompt_texts
+
+    run, _ = tiny_run
+    with gzip.open(run / "trajectories" / "iter_000002.jsonl.gz", "rt") as f:
+        recs = [json.loads(line) for line in f]
+    for r in recs:
+        texts = prompt_texts(r)
+        for text, step in zip(texts, r["steps"], strict=True):
+            assert text and step["observation"].split()[0] in text  # the turn's observation
+    data = payload_of(build_report(run, run / "r.html"))
+    by_id = {e["id"]: e for g in data["iterations"][-1]["groups"] for e in g["episodes"]}
+    for r in recs:
+        steps = by_id[r["id"]]["steps"]
+        got = [_prompt_of(steps, i, data["strings"]) for i in range(len(steps))]
+        assert got == prompt_texts(r)
+
+
+def test_report_js_rebuilds_the_prompt_like_the_records(tmp_path):
+    """report.js's promptOf, run in node on a made-up episode (skipped without node)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import cairn.report
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node not found")
+    js = (Path(cairn.report.__file__).parent / "static" / "report.js").read_text()
+    fn = re.search(r"function promptOf\(ep, st\) \{.*?\n\}", js, re.S)
+    assert fn, "report.js has no promptOf"
+    script = (
+        "const S = ['SYS o0', ' up o1', 'fresh', ' o2'];\n"
+        "function str(i) { return i === undefined || i === null ? '' : S[i]; }\n"
+        + fn.group(0)
+        + "\nconst ep = {steps: [{pk: 0, pa: 0}, {pk: 6, pa: 1}, {pk: 3, pf: 6, pl: 3, pa: 3},"
+        " {pk: 0, pa: 2}, {}]};\n"
+        "console.log(JSON.stringify(ep.steps.map(st => promptOf(ep, st))));\n"
+    )
+    (tmp_path / "t.js").write_text(script)
+    out = subprocess.run([node, str(tmp_path / "t.js")], capture_output=True, text=True)
+    want = ["SYS o0", "SYS o0 up o1", "SYS up o2", "fresh", None]
+    assert json.loads(out.stdout) == want, out.stderr
+    assert "h('details', {cls: 'prompt'}" in js  # collapsed by default (no open attribute)
+
+
 def test_trees_demonstrations_tips_and_neighbours_reach_the_report(tmp_path):
     trees = write_synthetic_run(tmp_path / "elpo", iterations=2, estimator="elpo", trees=True)
     data = payload_of(build_report(trees))

@@ -13,7 +13,7 @@ from rollout_helpers import ConstantPolicy, context, demo_context
 from cairn.advantages import estimate
 from cairn.data.episode import Episode, Step, to_step_batch
 from cairn.data.tokens import collate_scoring
-from cairn.envs import TextEnv, make
+from cairn.envs import TextEnv, available, env_class, env_traits, make
 from cairn.policies.hf import Generation
 from cairn.rollout.branching import Forest, Path, clone_prefix, label_paths, response_entropy
 
@@ -23,28 +23,47 @@ from cairn.rollout.branching import Forest, Path, clone_prefix, label_paths, res
 def _random_action(env_name: str, env: TextEnv, info: dict, rng: random.Random) -> str:
     if info.get("admissible"):
         return rng.choice([*info["admissible"], "fly"])  # "fly": an invalid action
-    if env_name == "countdown":
+    if env_name == "countdown":  # a well-formed wrong answer keeps a multi-try episode on
         nums = rng.sample(list(info["numbers"]), rng.randint(1, 3))
         return rng.choice([" + ".join(map(str, nums)), "bad", env.solution()])
-    gold = env.gold_actions()
-    return rng.choice([*gold, "search[capital]", "answer[nobody]", "bad"])
+    gold = getattr(env, "gold_actions", lambda: [env.gold_action()])()
+    plain = ["search[capital]", "answer[nobody]", env.example_action, "bad"]
+    return rng.choice([a for a in [*gold, *plain] if a])
 
 
-ENVS = {
+#: Every registered env (from the registry; ``slow=True`` ones are slow tests), with option
+#: overrides that make the random walks reach interesting states quickly.
+OPTIONS = {
     "sokoban": {"render": "compact", "max_solution": 5},
     "frozenlake": {"map_name": "random", "map_size": 5, "is_slippery": True, "max_steps": 30},
     "countdown": {"max_steps": 4},
+    "dataset": {"max_turns": 4},
+    "integration": {"max_steps": 4},
     "search_qa": {"max_steps": 6},
+    "scienceworld": {"max_steps": 12},
+    "textworld": {"num_games": 2, "max_steps": 12},  # two generated games, not forty
 }
+REGISTERED = [
+    pytest.param(n, marks=[pytest.mark.slow] if env_traits(n).get("slow") else [])
+    for n in available()
+]
 
 
-@pytest.mark.parametrize("name", sorted(ENVS))
+def _make(name: str) -> TextEnv:
+    try:
+        env_class(name)
+    except ImportError as err:
+        pytest.skip(f"{name}: optional extra not installed ({err})")
+    return make(name, **OPTIONS.get(name, {}))
+
+
+@pytest.mark.parametrize("name", REGISTERED)
 def test_snapshot_and_replay_give_identical_futures_in_another_env(name):
     """Many random prefixes: restoring the env's snapshot or the replay fallback into a
     *different* instance (as a branch does) gives the same observation, and the same
     random future gives identical observations, rewards, flags and anchors."""
     rng = random.Random(7)
-    source, cheap_env, replay_env = (make(name, **ENVS[name]) for _ in range(3))
+    source, cheap_env, replay_env = (_make(name) for _ in range(3))
     cheap_env.reset(seed=1000)  # frozenlake cannot restore before its first reset;
     replay_env.reset(seed=1001)  # Forest resets a fresh env once before it restores
     checked = 0
@@ -289,7 +308,7 @@ def test_forest_branch_restores_the_parent_state_and_reuses_envs(demo_policy):
 def test_a_fresh_env_is_reset_before_it_restores_a_branch_state():
     """frozenlake cannot restore a snapshot before its first reset; Forest resets a new
     pool env once (with the task seed) before restoring into it."""
-    ctx = context(ConstantPolicy("right"), lambda: make("frozenlake", **ENVS["frozenlake"]))
+    ctx = context(ConstantPolicy("right"), lambda: make("frozenlake", **OPTIONS["frozenlake"]))
     forest = Forest(ctx, record=True)
     root = forest.root(0, 3)
     forest.play([root], turns=2)

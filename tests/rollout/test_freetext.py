@@ -167,7 +167,7 @@ def test_format_errors_and_cut_completions_are_counted(chat_tok):
 
 def test_format_reward_goes_to_parsed_actions_the_env_accepts(chat_tok):
     bad = chat_tok("nothing", add_special_tokens=False)["input_ids"]
-    good = chat_tok("<action>up</action>", add_special_tokens=False)["input_ids"]
+    good = chat_tok("<action>down</action>", add_special_tokens=False)["input_ids"]
     unknown = chat_tok("<action>jump</action>", add_special_tokens=False)["input_ids"]
     settings = RolloutSettings(
         max_turns=3, action_format="tagged", format_reward=0.05, invalid_penalty=0.1
@@ -181,6 +181,19 @@ def test_format_reward_goes_to_parsed_actions_the_env_accepts(chat_tok):
     assert rejected.action == "jump" and not rejected.valid
     assert rejected.shaped == {} and rejected.penalty == 0.1
     assert episode.events.format_errors == [1]
+
+
+def test_a_move_that_changes_nothing_earns_no_format_bonus(chat_tok):
+    """Walking into a wall (seed 0: up is walled) is legal but no progress: no bonus, and it
+    costs no_progress_penalty; the same move with the room changing earns the bonus."""
+    wall = chat_tok("<action>up</action>", add_special_tokens=False)["input_ids"]
+    settings = RolloutSettings(
+        max_turns=2, action_format="tagged", format_reward=0.05, no_progress_penalty=0.1
+    )
+    (episode,) = _play(Scripted(chat_tok, [[wall, wall]]), [_sokoban()], _chat(chat_tok), settings)
+    for step in episode.steps:
+        assert step.valid and step.shaped == {} and step.penalty == 0.1
+    assert episode.meta["task_blind"] is True  # two identical moves, neither one moved
 
 
 @pytest.mark.parametrize(

@@ -131,3 +131,35 @@ def test_verl_data_rows_start_with_agent_instruction():
     env = make("sokoban", **DEMO)
     obs, _ = env.reset(seed=3)
     assert plain["prompt"][0]["content"] == PromptBuilder().build(env.instruction, [], obs)
+
+
+def test_each_episode_shows_the_example_its_env_drew():
+    """A reset info's ``demonstration`` replaces the builder's fixed example, written in the
+    action format; a builder that shows no example (the tiny default) is left as it is."""
+    from cairn.exploration.memory import TipPromptBuilder
+    from cairn.rollout.turn import episode_prompt
+
+    env = make("sokoban", size=6, max_steps=6, max_solution=3, render="text", example_pool=True)
+    _, info = env.reset(seed=2)
+    settings = replace(SETTINGS, action_format="tagged", describe_format=True)
+    fixed = PromptBuilder(example=(("a room", "<action>right</action>"),))
+    drawn = episode_prompt(fixed, info["demonstration"], env, settings)
+    moves = [a for _, a in info["demonstration"]]
+    assert moves == ["down", "down"]  # seed 2's corridor
+    assert [c for _, c in drawn.example] == ["<action>down</action>"] * 2
+    assert [o for o, _ in drawn.example] == [o for o, _ in info["demonstration"]]
+    assert episode_prompt(PromptBuilder(), info["demonstration"], env, settings) == PromptBuilder()
+    assert episode_prompt(fixed, None, env, settings) is fixed
+    tips = TipPromptBuilder(fixed, memory=None)  # the tips wrapper keeps its records
+    view = episode_prompt(tips, info["demonstration"], env, settings)
+    assert isinstance(view, TipPromptBuilder) and view.shown is tips.shown
+    assert view.base.example == drawn.example
+
+
+def test_a_branch_keeps_the_drawn_example_but_not_the_parents_judgement():
+    from cairn.rollout.branching import clone_prefix
+
+    parent = Episode(id=0, group=0, task=3, meta={"demonstration": [("o", "up")]})
+    parent.meta["task_blind"] = True  # the parent ended task-blind
+    child = clone_prefix(parent, 0)
+    assert child.meta["demonstration"] == [("o", "up")] and "task_blind" not in child.meta

@@ -74,7 +74,7 @@ class FakeLLM:
         from peft import PeftModel
 
         base = AutoModelForCausalLM.from_pretrained(self.dir, attn_implementation="eager")
-        self.policy.model = PeftModel.from_pretrained(base, request.path).eval()
+        self.policy = self.policy.with_model(PeftModel.from_pretrained(base, request.path).eval())
         self.loaded_adapter = request
 
 

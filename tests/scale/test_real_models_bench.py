@@ -109,3 +109,43 @@ def test_overrides_reach_every_run_and_the_record(tmp_path, monkeypatch):
         record=mod.RECORD, set=["model.dtype=bfloat16"],
     )  # fmt: skip
     assert "--set model.dtype=bfloat16`" in mod.record([], args, "3 run(s) at once")
+
+
+def test_task_blind_shares_are_read_where_logged(tmp_path):
+    run = tmp_path / "sokoban_smol-s0" / "sokoban_smol-s0-20261205"
+    run.mkdir(parents=True)
+    evals = [{"eval/success": 0.0, "eval/format_error_rate": 0.0}] * 2
+    summary = {"iterations": 4, "episodes": 64, "train_seconds": 9.0, "evals": evals}
+    (run / "summary.json").write_text(json.dumps(summary))
+    rows = [{**_row(i + 1, 0.0, 1.0, 1.0), "rollout/task_blind": b}
+            for i, b in enumerate([0.9, 0.6, 0.3, 0.0])]  # fmt: skip
+    rows[3]["curriculum/level"] = 2.0
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = _bench().summarize(run.parent, "sokoban_smol", 0, 1.0, 1.0)
+    assert (r["task_blind_first3"], r["task_blind_last3"]) == (0.6, 0.3)  # plain means
+    assert r["curriculum_level_last"] == 2.0
+    assert _bench().spread([0.5, None]) == "n/a"  # a run from before the metric
+
+
+def test_pass_at_k_levels_lists_levels_and_counts_mixed_groups():
+    spec = importlib.util.spec_from_file_location(
+        "pass_at_k_levels", BENCH.parent / "pass_at_k_levels.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # tasks with 0, 1 and 4 successes of 4: pass@1 = (0 + 1/4 + 1) / 3, pass@2 = (0 + 1/2 +
+    # 1) / 3; only the middle group is mixed
+    stats = mod.group_stats([[False] * 4, [True, False, False, False], [True] * 4], [1, 2])
+    assert stats == {"pass@1": 1.25 / 3, "pass@2": 1.5 / 3, "mixed": 1 / 3}
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(
+        env=SimpleNamespace(options={"hops": [1, 2], "kb_size": 12}),
+        curriculum=SimpleNamespace(options={"levels": [{"hops": 1}, {}]}),
+    )
+    assert [o for _, o in mod.levels(cfg)] == [
+        {"hops": 1, "kb_size": 12},
+        {"hops": [1, 2], "kb_size": 12},  # the last level is the held-out one: not repeated
+    ]
+    cfg.curriculum.options = {}
+    assert mod.levels(cfg) == [("held-out (env.options)", {"hops": [1, 2], "kb_size": 12})]

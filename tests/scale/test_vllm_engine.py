@@ -14,6 +14,7 @@ import torch
 
 from cairn.agent import PromptBuilder
 from cairn.data.tokens import TokenBatch
+from cairn.policies import HFPolicy
 from cairn.policies.engines import HFEngine, make_engine, validate_engine_options
 from cairn.policies.lora import LoraSpec, apply_lora
 from cairn.policies.vllm_engine import (
@@ -164,7 +165,7 @@ def test_engine_agrees_with_trainer_until_an_update_and_again_after_sync(
 ):
     fake_vllm.install(monkeypatch)
     if lora:
-        tiny_policy.model = apply_lora(tiny_policy.model, LoraSpec(r=4))
+        tiny_policy = tiny_policy.with_model(apply_lora(tiny_policy.model, LoraSpec(r=4)))
     sync = "merged" if lora else "auto"  # LoRA merged into full weights, as without vLLM LoRA
     engine = make_engine("vllm", tiny_policy, {"sync": sync}, tmp_path)
     stats = engine.after_rollout(_episodes(engine.policy, compact_env))
@@ -182,7 +183,7 @@ def test_engine_agrees_with_trainer_until_an_update_and_again_after_sync(
 def test_lora_adapter_sync_sends_a_new_adapter_version(monkeypatch, tmp_path, tiny_policy,
                                                        compact_env):  # fmt: skip
     fake_vllm.install(monkeypatch)
-    tiny_policy.model = apply_lora(tiny_policy.model, LoraSpec(r=4))
+    tiny_policy = tiny_policy.with_model(apply_lora(tiny_policy.model, LoraSpec(r=4)))
     engine = make_engine("vllm", tiny_policy, {}, tmp_path)  # auto -> adapter with LoRA
     assert engine.sync_mode == "adapter" and engine.policy.lora_request.version == 1
     torch.manual_seed(0)
@@ -261,8 +262,7 @@ _GPU = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available(
 @pytest.mark.gpu
 @pytest.mark.skipif(not _GPU, reason="needs vLLM and an NVIDIA GPU (benchmarks/scale/gpu_check.sh)")
 def test_real_vllm_agrees_with_the_trainer_and_syncs(tmp_path, tiny_policy, compact_env):
-    tiny_policy.model.to("cuda")
-    tiny_policy.device = torch.device("cuda")
+    tiny_policy = HFPolicy(tiny_policy.model, tiny_policy.tokenizer, device=torch.device("cuda"))
     engine = make_engine("vllm", tiny_policy, {"gpu_memory_utilization": 0.2}, tmp_path)
     stats = engine.after_rollout(_episodes(engine.policy, compact_env))
     assert stats["rollout/logprob_abs_diff_mean"] < 1e-2

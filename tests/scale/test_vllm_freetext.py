@@ -37,9 +37,8 @@ def test_vllm_chat_rollout_is_token_in_token_out(monkeypatch, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not _GPU, reason="needs vLLM and an NVIDIA GPU (benchmarks/scale/gpu_check.sh)")
 def test_real_vllm_chat_rollout_is_token_in_token_out(tmp_path):
-    policy = _chat_policy()
-    policy.model.to("cuda")
-    policy.device = torch.device("cuda")
+    base = _chat_policy()
+    policy = HFPolicy(base.model, base.tokenizer, device=torch.device("cuda"))
     engine = make_engine("vllm", policy, {"gpu_memory_utilization": 0.2}, tmp_path)
     stats = _check_token_in_token_out(engine, tmp_path)
     assert stats["rollout/logprob_abs_diff_mean"] < 1e-2  # other kernels: close log-probs

@@ -93,3 +93,34 @@ def test_stops_that_keep_the_closing_tag_are_accepted():
     # A pattern of one's own decides what the text must hold.
     load_config(None, ["agent.action_format=tagged", "agent.action_pattern=<action>(\\w+)",
                        "rollout.stop=['</action>']"])  # fmt: skip
+
+
+# -- env options default to the chosen env's own (issue 35) ---------------------------------
+def test_another_env_named_without_options_gets_its_own_defaults():
+    # before: countdown inherited sokoban's demo options and failed ("has no option 'size'")
+    cfg = load_config(None, ["env.name=countdown"])
+    assert cfg.env.options == {}
+    assert load_config(None, ["env.name=countdown", "env.options.max_steps=3"]).env.options == {
+        "max_steps": 3
+    }
+
+
+def test_the_demo_default_is_unchanged():
+    from cairn.train.config import DEMO_ENV
+    from cairn.train.runconfig import config_sha256
+
+    sokoban = load_config(None, ["env.name=sokoban"])
+    assert Config().env.options == DEMO_ENV[1] == sokoban.env.options
+    assert "imports" not in Config().model_dump()  # an empty imports list is not written
+    # the resolved demo config hashes as it did before imports and the preflight existed,
+    # so runs made then resume (their checkpoints record this hash)
+    assert config_sha256(Config()) == (
+        "9d2e31d3281cacc9c92367b18e725943d67cbd7417ee4fad295d66cbe468f4af"
+    )
+    with_imports = Config(imports=["json"]).model_dump()
+    assert with_imports["imports"] == ["json"]
+
+
+def test_imports_must_be_module_names():
+    with pytest.raises(ConfigError, match=r"imports\.0|imports = .*not a module name"):
+        load_config(None, ["imports=['my pkg']"], check=False)

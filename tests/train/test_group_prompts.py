@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from cairn import policies as policies_mod
 from cairn.data import tokens as tokens_mod
+from cairn.policies import GenerationOptions
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
@@ -29,8 +31,11 @@ def _iteration(tmp_path, group: bool, monkeypatch) -> tuple[dict, list[list[int]
     cfg = load_config(None, [*BASE, f"optim.group_prompts={group}", f"out_dir={tmp_path}"])
     with monkeypatch.context() as m:
         m.setattr(tokens_mod.TokenBatch, "minibatch", spy)
+        # The prompt sharing of a real model, chosen when the policy is built.
+        options = GenerationOptions(share_prefix=True, min_shared_prefix=1)
+        m.setattr(policies_mod, "generation_options", lambda cfg, extend_turns=False: options)
         trainer = Trainer(cfg, tmp_path / f"run_{group}")
-        trainer.policy.share_prefix, trainer.policy.min_shared_prefix = True, 1
+        assert trainer.policy.options == options
         trainer.iteration = 1
         return trainer.train_iteration(), chunks
 

@@ -15,17 +15,22 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from cairn.agent import example_completion, parse_action
 from cairn.envs import make
 from cairn.policies import smol
 from cairn.train.config import ConfigError, load_config
+from cairn.train.presets import available_presets, preset_text
 from cairn.train.setup import TinyKeyWarning, check_token_budget
 
 ALIAS = "smollm2-135m-instruct"
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "runs" / ".cache"
-PRESETS = ["countdown_smol", "sokoban_smol", "search_qa_smol"]
+# Every shipped preset made for a real model (it names a model.path), not a hand-kept list.
+PRESETS = [
+    p for p in available_presets() if (yaml.safe_load(preset_text(p))["model"] or {}).get("path")
+]
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,7 @@ observation); a prompt that does not fit even with no earlier turn raises
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
@@ -131,6 +131,10 @@ class PromptBuilder:
         if self.style == "chat":  # the conversation as text (display; ids: chat_ids)
             return self._render(self.messages(instruction, shown, observation, extra, len(past)))
         return self._render([{"role": "user", "content": text}])
+
+    def with_example(self, example: tuple[tuple[str, str], ...]) -> PromptBuilder:
+        """This builder showing ``example`` instead (a per-episode demonstration)."""
+        return replace(self, example=example)
 
     @property
     def renders_tools(self) -> bool:

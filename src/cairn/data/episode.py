@@ -10,7 +10,7 @@ shown under their saved keys next to free-form payload in ``Episode.meta``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
@@ -20,7 +20,15 @@ import numpy as np
 from cairn.data.events import EpisodeEvents, EpisodeMeta
 from cairn.data.step_batch import StepBatch
 
-__all__ = ["SOURCE_FLAGS", "Episode", "Source", "Step", "to_records", "to_step_batch"]
+__all__ = [
+    "SOURCE_FLAGS",
+    "Episode",
+    "Source",
+    "Step",
+    "prompt_texts",
+    "to_records",
+    "to_step_batch",
+]
 
 
 class Source(IntEnum):
@@ -141,17 +149,98 @@ def to_step_batch(episodes: Sequence[Episode], **extra: np.ndarray) -> StepBatch
     )
 
 
-def to_records(episodes: Sequence[Episode], **per_step: np.ndarray) -> list[dict[str, Any]]:
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (character by character)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if a[:mid] == b[:mid] else (lo, mid)
+    return lo
+
+
+def _delta(prev: str, text: str) -> dict[str, Any]:
+    """``text`` as an edit of ``prev``: ``prev[:keep] + prev[from:from + len] + add``. After
+    the common prefix (the instruction), a prompt whose history window slid by a turn goes
+    on with a stretch of the previous prompt (the turns both show); that stretch is stored
+    as a range, so only the new turn is stored as text."""
+    keep = _common_prefix(prev, text)
+    best = (keep, 0, 0)  # (keep, from, len)
+    # the prefix may end inside a word ("o0" vs "o1"): also try from the word's start
+    cut = max(text.rfind(" ", 0, keep), text.rfind("\n", 0, keep)) + 1
+    for k in {keep, cut}:
+        rest = text[k:]
+        start = prev.find(rest[:8], k) if len(rest) >= 8 else -1
+        for _ in range(16):  # the longest run among the first places the probe matches
+            if start < 0:
+                break
+            n = _common_prefix(prev[start:], rest)
+            if k + n > best[0] + best[2]:
+                best = (k, start, n)
+            start = prev.find(rest[:8], start + 1)
+    keep, start, n = best
+    out: dict[str, Any] = {"keep": keep}
+    if n:
+        out["from"], out["len"] = start, n
+    out["add"] = text[keep + n :]
+    return out
+
+
+def _prompt_deltas(steps: Sequence[Step], decode: Callable[[list[int]], str]) -> list[dict]:
+    """Each step's prompt text as an edit of the previous step's (``_delta``; the first
+    step's is all ``add``). A multi-turn prompt repeats the instruction and the turns before
+    it, so each turn stores only what is new: an episode's prompts cost about one prompt
+    and its turns, not one prompt per turn."""
+    out, prev = [], ""
+    for s in steps:
+        text = decode(s.prompt_ids) if s.prompt_ids else ""
+        out.append(_delta(prev, text))
+        prev = text
+    return out
+
+
+def _apply(prev: str, delta: dict[str, Any]) -> str:
+    start, n = int(delta.get("from", 0)), int(delta.get("len", 0))
+    return prev[: int(delta.get("keep", 0))] + prev[start : start + n] + str(delta.get("add", ""))
+
+
+def prompt_texts(record: dict[str, Any]) -> list[str | None]:
+    """The full prompt text of each step of an episode record (``to_records``' output, as
+    read back from a trajectory file); None for a step stored without its prompt."""
+    out: list[str | None] = []
+    prev = ""
+    for step in record.get("steps", []):
+        delta = step.get("prompt")
+        if not isinstance(delta, dict):
+            out.append(None)
+            prev = ""
+            continue
+        prev = _apply(prev, delta)
+        out.append(prev)
+    return out
+
+
+def to_records(
+    episodes: Sequence[Episode],
+    decode: Callable[[list[int]], str] | None = None,
+    **per_step: np.ndarray,
+) -> list[dict[str, Any]]:
     """JSON-ready dicts (token ids dropped); ``per_step`` arrays (N,) are attached per step.
 
-    Each step keeps its anchor as text, so a viewer can regroup GiGPO's step groups.
+    Each step keeps its anchor as text, so a viewer can regroup GiGPO's step groups. With
+    ``decode`` (the policy tokenizer's ids -> text), each step also keeps the prompt the
+    model saw (``prompt``: ``{"keep", "from", "len", "add"}``, an edit of the step before's
+    prompt, ``_delta``; ``prompt_texts`` rebuilds the full texts).
     """
     out, row = [], 0
     for e in episodes:
+        prompts = _prompt_deltas(e.steps, decode) if decode is not None else None
         rec = {f.name: getattr(e, f.name) for f in fields(e) if f.name != "steps"}
         rec["meta"] = e.meta.to_dict()  # the events under their saved keys (JSON-ready)
         rec["return"] = e.ret
-        steps = []
+        steps: list[dict[str, Any]] = []
         for s in e.steps:
             d = {
                 "t": s.t,
@@ -167,6 +256,8 @@ def to_records(episodes: Sequence[Episode], **per_step: np.ndarray) -> list[dict
                 **s.columns,
             }
             d.update({k: float(v[row]) for k, v in per_step.items()})
+            if prompts is not None:
+                d["prompt"] = prompts[len(steps)]
             steps.append(d)
             row += 1
         rec["steps"] = steps

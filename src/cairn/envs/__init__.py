@@ -19,28 +19,35 @@ __all__ = [
     "TextEnv",
     "available",
     "env_class",
+    "env_traits",
     "make",
     "register",
     "validate_options",
 ]
 
-#: name -> (import path "module:Class", pip extra that provides its dependencies or None)
+#: name -> (import path "module:Class", pip extra that provides its dependencies or None,
+#: traits): ``slow`` envs start a process or generate games (tens of seconds), so the
+#: contract and fuzz tests that iterate this registry mark them slow; ``free_text`` envs
+#: take any short printable answer (a dataset's), so random printable text may be valid.
+SLOW = {"slow": True}
 ENVS = ImportRegistry(
     "env",
     {
         "sokoban": "cairn.envs.sokoban:Sokoban",
         "frozenlake": ("cairn.envs.frozenlake:FrozenLake", "gymnasium"),
         "countdown": "cairn.envs.countdown:Countdown",
+        "dataset": ("cairn.envs.dataset:DatasetEnv", None, {"free_text": True}),
         "integration": "cairn.envs.integration:Integration",
         "search_qa": ("cairn.envs.search_qa:SearchQA", "search"),
-        "scienceworld": ("cairn.envs.scienceworld:ScienceWorld", "scienceworld"),
-        "textworld": ("cairn.envs.textworld:TextWorld", "textworld"),
-        "twx": ("cairn.envs.twx:TextWorldExpress", "twx"),
+        "scienceworld": ("cairn.envs.scienceworld:ScienceWorld", "scienceworld", SLOW),
+        "textworld": ("cairn.envs.textworld:TextWorld", "textworld", SLOW),
+        "twx": ("cairn.envs.twx:TextWorldExpress", "twx", SLOW),
     },
 )
-register = ENVS.register  # register(name, "package.module:Class", extra=None)
+register = ENVS.register  # register(name, "pkg.module:Class" or the class, extra=None, **traits)
 available = ENVS.available  # names accepted by make
 env_class = ENVS.get
+env_traits = ENVS.traits  # {"slow": True} for the envs that take tens of seconds to test
 validate_options = ENVS.validate  # ValueError naming options the constructor does not take
 
 

@@ -21,8 +21,9 @@ Renderings (``render=``):
   instruction. Write answers with spaces between tokens (``( 25 - 3 ) * 7 + 50``) for a
   word-level tokenizer; spacing does not matter to the parser.
 - ``"text"`` (for language models): ``Numbers: 3, 7, 25, 50. Target: 302.`` (then ``Your last
-  answer was too low.`` ...) and an instruction stating the goal and the rules, no answer
-  format (``agent.describe_format`` adds the format of ``agent.action_format``).
+  answer was too low.`` ...) and an instruction stating the goal and the rules, the same for
+  every instance (the instance is in the observation alone: one shared prompt prefix), no
+  answer format (``agent.describe_format`` adds the format of ``agent.action_format``).
 
 Answers as language models write them (``read_answer``): a leading ``Answer:``, surrounding
 backticks or ``$``, a final period, ``×``/``÷`` for ``*``/``/`` and a trailing
@@ -31,6 +32,19 @@ backticks or ``$``, a final period, ``×``/``÷`` for ``*``/``/`` and a trailing
 
 Instances whose target is the sum or the product of all the numbers (a shortcut a policy
 learns without searching) are redrawn unless ``allow_trivial`` is set.
+
+Rewards of a well-formed answer that misses: ``format_reward`` plus ``closeness_reward *
+closeness``, ``closeness = max(0, 1 - |value - target| / target)`` (1 near the target, 0 at
+twice the target or at 0 and below; ``closeness``). A flat format reward alone is the only
+reward an untrained model collects, and RL then settles on a task-blind answer (SmolLM2 on
+countdown_smol: 28 of 32 answers were the sum of all the numbers); closeness pays for
+moving towards this instance's target, which an answer that ignores it earns less of on
+average (``tests/test_task_blind.py`` has the numbers). Their sum stays below 1, the
+reward of a correct answer.
+
+``info["task_blind"]`` (``rollout/task_blind``): a well-formed miss that ignores the target:
+its value is the sum or the product of all the numbers, or it is the format example
+(``example_action``) copied.
 """
 
 from __future__ import annotations
@@ -58,6 +72,7 @@ from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 __all__ = [
     "Countdown",
     "CountdownSnapshot",
+    "closeness",
     "evaluate_expression",
     "generate_countdown",
     "is_trivial",
@@ -78,6 +93,14 @@ _TEXT_FEEDBACK = {
     "too high": "Your last answer was too high.",
     "correct": "Your last answer was correct.",
 }
+# The text rendering's instruction: the rules, no instance. The numbers and the target are
+# in the observation only, so the system turn is one prefix that every prompt of an
+# iteration shares (computed once per generate call and per minibatch) and a row's own
+# tokens are its one-line observation, not the whole prompt.
+_TEXT_INSTRUCTION = (
+    "Countdown: combine the given numbers with + - * / and parentheses into one arithmetic "
+    "expression whose value is the target. Use each number at most once."
+)
 _ANSWER_PREFIX = re.compile(r"^(?:final\s+)?answer\s*(?::|is\b:?)\s*", re.IGNORECASE)
 _STATED = re.compile(r"^(.*?)=\s*(-?\d+)\s*$", re.DOTALL)
 _SYMBOLS = str.maketrans({"\u00d7": "*", "\u00f7": "/", "\u2212": "-"})
@@ -116,6 +139,11 @@ def generate_countdown(
 def is_trivial(numbers: list[int], target: int) -> bool:
     """True when ``target`` is the sum or the product of all of ``numbers`` (a shortcut)."""
     return target in (sum(numbers), math.prod(numbers))
+
+
+def closeness(value: Fraction | int, target: int) -> float:
+    """``max(0, 1 - |value - target| / target)``: 1 at the target, 0 at 0 or 2 x target."""
+    return max(0.0, 1.0 - abs(float(value) - target) / target)
 
 
 def _random_expression(numbers: list[int], rng: np.random.Generator) -> tuple[int, str] | None:
@@ -273,14 +301,16 @@ class Countdown(TextEnv):
         number_range: (lo, hi) range of the given numbers, within 1..10**6.
         target_range: (lo, hi) range of targets, within 1..10**9.
         format_reward: reward of a well-formed expression that misses the target, [0, 1).
+        closeness_reward: added to a miss's reward times its closeness to the target
+            (module docstring), [0, 1); ``format_reward + closeness_reward`` stays below 1.
         max_steps: tries per episode (1: single-turn).
         render: ``"compact"`` (tiny models) or ``"text"`` (language models); module docstring.
         allow_trivial: also draw instances whose target is the sum or the product of all
             the numbers (default False: they are redrawn).
 
     Episode end: a correct answer terminates with reward 1; a well-formed wrong answer on
-    the last try terminates with ``format_reward``; an invalid action on the last try
-    truncates with reward 0.
+    the last try terminates with ``format_reward`` (+ the closeness reward); an invalid
+    action on the last try truncates with reward 0.
     """
 
     example_action = "(1 + 2) * 3"
@@ -294,16 +324,24 @@ class Countdown(TextEnv):
         max_steps: int = 1,
         render: str = "compact",
         allow_trivial: bool = False,
+        closeness_reward: float = 0.0,
     ) -> None:
         super().__init__()
         self.count = check_int_range("count", count, 2, 8)
         self.number_range = check_int_range("number_range", number_range, 1, 10**6)
         self.target_range = check_int_range("target_range", target_range, 1, 10**9)
         self.format_reward = check_float("format_reward", format_reward, 0.0, 0.999)
+        self.closeness_reward = check_float("closeness_reward", closeness_reward, 0.0, 0.999)
+        if self.format_reward + self.closeness_reward >= 1.0:
+            raise ValueError(
+                f"format_reward {format_reward} + closeness_reward {closeness_reward} must "
+                "stay below 1, the reward of a correct answer"
+            )
         self._clock = EpisodeClock("countdown", check_int("max_steps", max_steps, 1))
         self.render = check_choice("render", render, _RENDERS)
         if self.render == "text":
             self.example_observation = "Numbers: 1, 2, 3. Target: 9."
+            self.instruction = _TEXT_INSTRUCTION
         if not isinstance(allow_trivial, bool):
             raise ValueError(f"allow_trivial must be True or False, got {allow_trivial!r}")
         self.allow_trivial = allow_trivial
@@ -327,12 +365,8 @@ class Countdown(TextEnv):
                 f"expression that equals {self.target}. You may use + - * / and parentheses, "
                 "and each number at most once. Answer with the expression only."
             )
-        else:
-            self.instruction = (
-                f"Countdown: make {self.target} from the numbers {listed}. Combine them with "
-                "+ - * / and parentheses into one arithmetic expression whose value is "
-                f"{self.target}. Use each number at most once."
-            )
+        else:  # the rules only: the same for every instance, so every prompt shares it
+            self.instruction = _TEXT_INSTRUCTION
         self._clock.start()
         return self._record(self._observation(None), valid=True, success=False)
 
@@ -347,8 +381,20 @@ class Countdown(TextEnv):
         self._clock.done = correct or last_try
         feedback = "correct" if correct else ("too low" if value < self.target else "too high")
         obs, info = self._record(self._observation(feedback), True, correct)
-        reward = 1.0 if correct else self.format_reward
+        info["task_blind"] = not correct and self.target_blind(action, value)
+        self._last[1]["task_blind"] = info["task_blind"]  # snapshots see it too
+        if correct:
+            return obs, 1.0, self._clock.done, False, info
+        reward = self.format_reward
+        if self.closeness_reward:
+            reward += self.closeness_reward * closeness(value, self.target)
         return obs, reward, self._clock.done, False, info
+
+    def target_blind(self, action: str, value: Fraction) -> bool:
+        """A well-formed answer of value ``value`` that ignores the target: the sum or the
+        product of all the numbers, or the format example copied (module docstring)."""
+        copied = "".join(action.split()) == "".join(self.example_action.split())
+        return copied or value in (sum(self.numbers), math.prod(self.numbers))
 
     def _observation(self, feedback: str | None) -> str:
         """The observation in the configured rendering, after ``feedback`` on the last try."""
@@ -421,6 +467,7 @@ class Countdown(TextEnv):
             "target": self.target,
             "numbers": tuple(self.numbers),
             "key_steps": key_steps(self._gold),
+            "task_blind": False,  # set by _step on a miss that ignores the target
         }
         self._last = (obs, info)
         return obs, dict(info)

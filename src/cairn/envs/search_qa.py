@@ -25,6 +25,18 @@ For the ``tool_call`` format the two actions are tools (``tools``: ``search(quer
 ``answer(answer)`` as JSON schemas); ``render="text"`` gives an instruction for language
 models that names the actions in words (the answer format comes from
 ``cairn.agent.describe_format``) and shows the question as ``Question: ...``.
+
+What a trainer reads beside the reward (``cairn.rollout.turn``):
+- ``info["no_progress"]``: a wrong answer given before any search. It earns no format
+  bonus and costs ``agent.no_progress_penalty``: answering at once is not an optimum.
+- ``info["task_blind"]`` (``rollout/task_blind``): the episode ended on a wrong answer
+  given without any search, or equal to the answer of the example exchange it was shown.
+- ``example_pool=True`` (text rendering): the made-up example episode that opens a
+  language model's prompt (searches, their results, the answer) is drawn per question
+  from ``EXAMPLE_POOL`` and handed over in the reset info (``demonstration``). Its names
+  use letters the knowledge base's syllables never do (x, y, w, j, v...), so no example
+  answer is a real answer; with one fixed example SmolLM2 learned to answer its "Torbel"
+  at once, which is also a city of ``kb_seed=0``.
 """
 
 from __future__ import annotations
@@ -58,6 +70,31 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 INVALID_TEXT = "Not an action. The only actions: search with a query, answer with your answer."
 _OBS_WORDS = ("no", "results", "correct", "wrong", "search", "answer", "[", "]")
 _RENDERS = ("compact", "text")
+#: example_pool: made-up episodes (question, then (action, result) turns); every example
+#: searches before it answers, some twice (two hops), over relations of the real questions.
+EXAMPLE_POOL: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("where was Vexmo born", (
+        ("search[Vexmo born]", "[1] Vexmo was born in Droxil\n[2] Droxil is a city in Yuvask"),
+        ("answer[Droxil]", ""))),
+    ("who is the employer of Wiblor", (
+        ("search[Wiblor works for]", "[1] Wiblor works for Zephrax\n[2] Jexa works for Zephrax"),
+        ("answer[Zephrax]", ""))),
+    ("what is the country of the birthplace of Wendrix", (
+        ("search[Wendrix born]", "[1] Wendrix was born in Oxbury\n[2] Wendrix works for Vyth"),
+        ("search[Oxbury city in]", "[1] Oxbury is a city in Plivia\n[2] Jovix is a city in Plivia"),
+        ("answer[Plivia]", ""))),
+    ("what is the capital of Jorvex", (
+        ("search[capital of Jorvex]", "[1] Skyvel is the capital of Jorvex"),
+        ("answer[Skyvel]", ""))),
+    ("who is the founder of Brixwel", (
+        ("search[Brixwel founded by]",
+         "[1] Brixwel was founded by Yawen\n[2] Yawen was born in Xoval"),
+        ("answer[Yawen]", ""))),
+    ("who is the leader of the country of Vexhill", (
+        ("search[Vexhill city in]", "[1] Vexhill is a city in Wyrland"),
+        ("search[leader of Wyrland]", "[1] Joxby is the leader of Wyrland"),
+        ("answer[Joxby]", ""))),
+)  # fmt: skip
 TOOLS = (
     tool_schema(
         "search", "query", "Search the documents; shows the best matching ones.",
@@ -68,6 +105,12 @@ TOOLS = (
         "the answer, a name",
     ),
 )  # fmt: skip
+
+
+def _is_search(action: str) -> bool:
+    """``action`` is a search with a query (what the env accepts as one)."""
+    match = _ACTION.match(action)
+    return bool(match and match.group(1).lower() == "search" and match.group(2).strip())
 
 
 def normalize_answer(text: str) -> str:
@@ -109,6 +152,8 @@ class SearchQA(TextEnv):
         max_steps: tool calls per episode before truncation.
         render: ``"compact"`` (tiny models) or ``"text"`` (language models; module
             docstring).
+        example_pool: text rendering: the example episode drawn per question from
+            ``EXAMPLE_POOL`` (module docstring); default False: the fixed Kalomi example.
     """
 
     example_action = "search[Kalomi born]"
@@ -123,8 +168,12 @@ class SearchQA(TextEnv):
         reward: str = "em",
         max_steps: int = 8,
         render: str = "compact",
+        example_pool: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(example_pool, bool):
+            raise ValueError(f"example_pool must be True or False, got {example_pool!r}")
+        self.example_pool = example_pool
         self.kb_seed = None if kb_seed is None else check_int("kb_seed", kb_seed, 0)
         self.kb_size = check_int("kb_size", kb_size, 3, 500)
         self.hops = check_int_choices("hops", hops, (1, 2, 3))
@@ -162,10 +211,26 @@ class SearchQA(TextEnv):
         """The text rendering's made-up episode: one search, its results, the answer."""
         if self.render != "text":
             return []
+        if self.example_pool:
+            question, turns = EXAMPLE_POOL[self._example_index()]
+            observations = [f"Question: {question} ?", *(result for _, result in turns[:-1])]
+            return [(o, a) for o, (a, _) in zip(observations, turns, strict=True)]
         return [
             (self.example_observation, self.example_action),
             ("[1] Kalomi was born in Torbel\n[2] Torbel is a city in Venlu", "answer[Torbel]"),
         ]
+
+    def _example_index(self) -> int:
+        """The ``EXAMPLE_POOL`` entry of this question (drawn from the reset seed)."""
+        seed = 0 if self._seed is None else int(self._seed)
+        return int(np.random.default_rng([seed, 0xE8]).integers(len(EXAMPLE_POOL)))
+
+    @property
+    def example_answer(self) -> str:
+        """The answer of the example exchange this episode's prompt shows."""
+        if self.example_pool and self.render == "text":
+            return EXAMPLE_POOL[self._example_index()][1][-1][0][len("answer[") : -1]
+        return "Torbel"
 
     def gold_action(self) -> str | None:
         """The gold action of this turn: the next gold search by the number of turns taken,
@@ -200,7 +265,10 @@ class SearchQA(TextEnv):
         self.instruction = self._instruction()
         self._clock.start()
         first = self.question if self.render == "compact" else f"Question: {self.question}"
-        return self._record(first, valid=True, success=False)
+        obs, info = self._record(first, valid=True, success=False)
+        if self.example_pool and self.render == "text":
+            info["demonstration"] = self.demonstration()
+        return obs, info
 
     def _instruction(self) -> str:
         if self.render == "compact":
@@ -236,6 +304,10 @@ class SearchQA(TextEnv):
         reward = float(exact) if self.reward == "em" else f1_score(text, self.answer)
         self._clock.done = True
         obs, info = self._record("correct" if exact else "wrong", valid=True, success=exact)
+        unsearched = not any(_is_search(a) for a in self._actions)
+        copied = normalize_answer(text) == normalize_answer(self.example_answer)
+        info["no_progress"] = unsearched and not exact
+        info["task_blind"] = not exact and (unsearched or copied)
         return obs, reward, True, False, info
 
     def _results_text(self, query: str) -> str:
@@ -295,6 +367,7 @@ class SearchQA(TextEnv):
             "question": question.text,
             "hops": len(question.relations),
             "steps": self._clock.steps,
+            "task_blind": False,  # set by an answer that ignores the task (module docstring)
         }
         self._last = (obs, info)
         return obs, dict(info)

@@ -12,22 +12,16 @@ strategy with the options ``ExplorationConfig.alias_strategy`` maps them to.
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from typing import Any, ClassVar
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cairn._regex import regex_groups
-from cairn.exploration.registries import EMBEDDERS, GENERATORS, SOURCES, WRITERS
 
 __all__ = [
+    "MODES",
     "DemosSection",
     "DeprecatedKeyWarning",
     "ExplorationConfig",
@@ -35,7 +29,22 @@ __all__ = [
     "SGESection",
     "SelfSearchSection",
     "VariantsSection",
+    "check_mode_probs",
 ]
+
+#: EMPO2's rollout modes: plain, with tips (trained with them), tips shown but trained without.
+MODES = ("on_policy", "tips", "off_policy")
+
+
+def check_mode_probs(probs: dict[str, float]) -> dict[str, float]:
+    """Validated mode probabilities: keys in ``MODES``, values >= 0, summing to 1."""
+    unknown = sorted(set(probs) - set(MODES))
+    if unknown:
+        raise ValueError(f"unknown memory mode(s) {unknown}; allowed: {', '.join(MODES)}")
+    values = [float(probs.get(m, 0.0)) for m in MODES]
+    if any(not math.isfinite(v) or v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-6:
+        raise ValueError(f"memory mode probabilities must be >= 0 and sum to 1, got {probs}")
+    return dict(zip(MODES, values, strict=True))
 
 
 class DeprecatedKeyWarning(FutureWarning):
@@ -62,9 +71,11 @@ class _OldStrategySection(_Section):
         return [k for k in self.renamed if getattr(self, k) != getattr(default, k)]
 
 
-# Names of registry entries are str checked against the registry, so that an entry
-# registered at run time (``WRITERS.register(...)``) is accepted and an unknown one fails at
-# load, listing what is registered. Their options are checked where the section is enabled.
+# Names of registry entries are str checked against the registry by the preflight
+# (``cairn.train.preflight.check_config``), so that an entry registered at run time
+# (``WRITERS.register(...)``, or by a module of ``imports``) is accepted and an unknown one
+# fails at load, listing what is registered. Their options are checked where the section is
+# enabled.
 
 
 class MemorySection(_Section):
@@ -92,20 +103,6 @@ class MemorySection(_Section):
         None, description="SQLite file of the memory; null: memory.sqlite in the run directory."
     )
 
-    @field_validator("embedder", "writer")
-    @classmethod
-    def _registered(cls, v: str, info: ValidationInfo) -> str:
-        return {"embedder": EMBEDDERS, "writer": WRITERS}[str(info.field_name)].check_name(v)
-
-    @model_validator(mode="after")
-    def _check(self) -> MemorySection:
-        from cairn.exploration.memory import check_mode_probs
-
-        check_mode_probs(self.probs)
-        if self.enabled:
-            WRITERS.validate(self.writer, self.writer_options, ("policy", "prompt"))
-        return self
-
 
 class DemosSection(_Section):
     enabled: bool = Field(False, description="LUFFY: mix expert demonstrations into each group.")
@@ -118,17 +115,6 @@ class DemosSection(_Section):
     )
     n_off: int = Field(1, gt=0, description="Demonstrations per group (LUFFY: 1 with 7 on-policy).")
     only_successful: bool = Field(True, description="Drop a replayed demonstration that fails.")
-
-    @field_validator("source")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        return SOURCES.check_name(v)
-
-    @model_validator(mode="after")
-    def _check(self) -> DemosSection:
-        if self.enabled:
-            SOURCES.validate(self.source, self.options)
-        return self
 
 
 class SGESection(_OldStrategySection):
@@ -173,17 +159,6 @@ class VariantsSection(_Section):
     stage_iterations: int = Field(
         10, gt=0, description="Iterations after which a stage advances anyway."
     )
-
-    @field_validator("generator")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        return GENERATORS.check_name(v)
-
-    @model_validator(mode="after")
-    def _check(self) -> VariantsSection:
-        if self.enabled:
-            GENERATORS.validate(self.generator, self.generator_options, ("policy",))
-        return self
 
 
 class SelfSearchSection(_OldStrategySection):

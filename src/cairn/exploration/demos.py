@@ -38,7 +38,7 @@ from cairn.data.events import EndReason, EpisodeEnd
 from cairn.envs import TextEnv
 from cairn.exploration.registries import SOURCES
 from cairn.rollout.envpool import EnvFault
-from cairn.rollout.turn import instruction_for
+from cairn.rollout.turn import episode_prompt, instruction_for
 
 if TYPE_CHECKING:
     from cairn.policies.hf import HFPolicy
@@ -172,6 +172,7 @@ def demo_episode(
     eos = getattr(policy, "eos_id", None)
     unk = getattr(getattr(policy, "tokenizer", None), "unk_token_id", None)
     tools_in_template = getattr(prompt, "renders_tools", False)
+    prompt = episode_prompt(prompt, info.get("demonstration"), env, settings)  # as the rollout
     for action in actions:
         past = [Turn(s.observation, s.action, s.action_ids) for s in e.steps]
         instruction = instruction_for(env, settings, tools_in_template)  # as the rollout's
@@ -207,7 +208,9 @@ def demo_episode(
             penalty=0.0 if valid else settings.invalid_penalty,
             prompt_ids=fitted.ids, action_ids=ids, logprobs=[0.0] * len(ids), allowed=allowed,
         )  # fmt: skip
-        if completion != action and settings.format_reward and valid:  # as the rollout does
+        if valid and nxt_info.get("no_progress", False):  # as the rollout does
+            step.penalty = getattr(settings, "no_progress_penalty", 0.0)
+        elif completion != action and settings.format_reward and valid:
             step.shaped["format"] = settings.format_reward
         e.steps.append(step)
         obs, info = nxt, nxt_info

@@ -38,6 +38,7 @@ import numpy as np
 
 from cairn.agent import PromptBuilder, tagged
 from cairn.data.episode import Episode, Source
+from cairn.exploration.config import MODES, check_mode_probs
 from cairn.exploration.embed import Embedder
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "draw_mode",
 ]
 
-MODES = ("on_policy", "tips", "off_policy")
 SOURCE_MEMORY = Source.MEMORY  # Episode.source of memory-guided rollouts
 
 
@@ -232,6 +232,13 @@ class TipPromptBuilder:
     def __getattr__(self, name: str) -> Any:  # history, chat_template, ...
         return getattr(self.base, name)
 
+    def with_example(self, example: tuple[tuple[str, str], ...]) -> TipPromptBuilder:
+        """This builder over a base showing ``example`` (a per-episode demonstration); the
+        memory and the records of prompts shown are shared with this one."""
+        view = TipPromptBuilder(self.base.with_example(example), self.memory)
+        view.shown, view.shown_ids = self.shown, self.shown_ids
+        return view
+
     def _block(self, extra: str, tips: Sequence[str]) -> str:
         return "\n".join(x for x in (extra, tagged("tip", tips)) if x)
 
@@ -265,17 +272,6 @@ class TipPromptBuilder:
         ids = self.base.chat_ids(*args, self._block(extra, tips), turn)
         self.shown_ids[tuple(ids)] = (plain, tuple(tips))
         return ids
-
-
-def check_mode_probs(probs: dict[str, float]) -> dict[str, float]:
-    """Validated mode probabilities: keys in ``MODES``, values >= 0, summing to 1."""
-    unknown = sorted(set(probs) - set(MODES))
-    if unknown:
-        raise ValueError(f"unknown memory mode(s) {unknown}; allowed: {', '.join(MODES)}")
-    values = [float(probs.get(m, 0.0)) for m in MODES]
-    if any(not np.isfinite(v) or v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-6:
-        raise ValueError(f"memory mode probabilities must be >= 0 and sum to 1, got {probs}")
-    return dict(zip(MODES, values, strict=True))
 
 
 def draw_mode(rng: np.random.Generator, probs: dict[str, float]) -> str:

@@ -25,6 +25,7 @@ from cairn.agent import TEMPLATE_WORDS, format_completion
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation, HFPolicy
 from cairn.policies.lora import LoraSpec, apply_lora, load_adapters
+from cairn.policies.options import GenerationOptions, cpu_has_bf16
 from cairn.policies.remote import NO_REMOTE_CODE, check_no_remote_code
 from cairn.policies.smol import alias_dir, is_alias
 from cairn.policies.tiny import build_tiny_model, tiny_config
@@ -32,17 +33,20 @@ from cairn.policies.tokenizer import bpe_tokenizer, chat_tokenizer, word_tokeniz
 
 __all__ = [
     "Generation",
+    "GenerationOptions",
     "HFPolicy",
+    "autocast_on",
     "build_policy",
     "context_budget",
+    "generation_options",
     "local_tokenizer",
     "save_model_dir",
 ]
 
-# Tokens per kept block of the prompts' shared prefix (HFPolicy.prefix_block): 256 of
+# Tokens per kept block of the prompts' shared prefix (GenerationOptions.prefix_block): 256 of
 # sokoban_smol's 301-token instruction are kept across a rollout's turns.
 PREFIX_BLOCK = 128
-# What one more decoder call in an update is worth, in padding tokens (HFPolicy.bucket_cost):
+# What one more decoder call in an update is worth, in padding tokens (bucket_cost):
 # on one CPU core a call of a few tokens after a ~500-token cache costs about what 25-40
 # tokens cost in a large call (0.1-0.2 s against ~4 ms a token, forward, on
 # SmolLM2-135M-Instruct). A GPU runs a small model's tokens almost free and its calls not,
@@ -130,10 +134,12 @@ def build_policy(
     seed: int,
     checkpoint: Path | None = None,
     extra_words: Sequence[str] = (),
+    extend_turns: bool = False,
 ) -> HFPolicy:
     """The policy of a run: from ``checkpoint`` when given, else from ``cfg`` (ModelConfig);
     ``extra_words``: prompt words the tiny default's tokenizer must know beyond the env's
-    (``cairn.train.setup.prompt_words``)."""
+    (``cairn.train.setup.prompt_words``); ``extend_turns``: each turn's prompt extends the
+    last turn's prompt and reply (``generation_options``)."""
     hf_logging.disable_progress_bar()
     dtype = _DTYPES[cfg.dtype]
     # The tiny default runs eager attention (fastest for short CPU sequences); a resumed
@@ -158,19 +164,7 @@ def build_policy(
                 vocab_size=getattr(cfg, "vocab_size", 512), extra_words=extra_words,
             )
         )  # fmt: skip
-        config = tiny_config(
-            len(tokenizer),
-            arch=cfg.arch,
-            hidden_size=cfg.hidden_size,
-            layers=cfg.layers,
-            heads=cfg.heads,
-            intermediate_size=cfg.intermediate_size,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            attn_implementation=attn,
-            max_positions=max(1024, getattr(cfg, "max_context", None) or 0),
-        )
-        model = build_tiny_model(config, seed).to(dtype)
+        model = _tiny_model(cfg, tokenizer, attn, seed).to(dtype)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if getattr(cfg, "gradient_checkpointing", False):
@@ -182,16 +176,61 @@ def build_policy(
         with torch.random.fork_rng(devices=[]):  # adapter init from the seed, not global state
             torch.manual_seed(seed)
             model = apply_lora(model, LoraSpec(**_lora_kwargs(cfg.lora)))
-    policy = HFPolicy(model, tokenizer, device=cfg.device)
-    # Pretrained models drop finished rows while generating, run their prompts' shared
-    # prefix once and keep its blocks between calls, and score in buckets of similar length
-    # (not the tiny default: its recorded runs stay bit-identical; see HFPolicy.drop_finished,
-    # share_prefix, prefix_block and bucket_cost).
-    policy.drop_finished = policy.share_prefix = cfg.path is not None
-    policy.prefix_block = PREFIX_BLOCK if cfg.path is not None else 0
-    cost = BUCKET_COST_CPU if policy.device.type == "cpu" else BUCKET_COST_ACCELERATOR
-    policy.bucket_cost = cost if cfg.path is not None else None
-    return policy
+    options = generation_options(cfg, extend_turns=extend_turns)
+    return HFPolicy(model, tokenizer, device=cfg.device, options=options)
+
+
+def generation_options(cfg: Any, extend_turns: bool = False) -> GenerationOptions:
+    """The sampling and scoring options of a policy built from ``cfg`` (ModelConfig).
+
+    Pretrained models (``model.path``) drop finished rows while generating, run their
+    prompts' shared prefix once and keep its blocks between calls, continue each episode's
+    KV cache where a turn's prompt extends the last (``extend_turns``:
+    ``cairn.train.setup.turns_extend``), and score in buckets of similar length; the tiny
+    default runs the plain path, so its recorded runs stay bit-identical. ``model.autocast``
+    (``autocast_on``) picks the precision.
+    """
+    real = cfg.path is not None
+    device = torch.device(cfg.device)
+    cost = BUCKET_COST_CPU if device.type == "cpu" else BUCKET_COST_ACCELERATOR
+    return GenerationOptions(
+        drop_finished=real,
+        share_prefix=real,
+        reuse_cache=real and extend_turns,
+        prefix_block=PREFIX_BLOCK if real else 0,
+        bucket_cost=cost if real else None,
+        autocast=autocast_on(cfg),
+    )
+
+
+def autocast_on(cfg: Any) -> bool:
+    """Whether the policy's forwards run under bfloat16 autocast (``model.autocast``):
+    ``bf16`` always, ``off`` never, ``auto`` for a pretrained model (``model.path``) with
+    float32 weights on a CPU that multiplies bfloat16 natively (AMX or AVX512-BF16,
+    ``cpu_has_bf16``). The tiny default stays float32 under ``auto`` (its recorded runs are
+    bit-identical), as does every other device (not measured there)."""
+    mode = getattr(cfg, "autocast", "off")
+    if mode in ("bf16", "off"):
+        return mode == "bf16"
+    cpu = torch.device(cfg.device).type == "cpu"
+    return cfg.path is not None and cfg.dtype == "float32" and cpu and cpu_has_bf16()
+
+
+def _tiny_model(cfg: Any, tokenizer: Any, attn: str | None, seed: int) -> torch.nn.Module:
+    """The tiny default model of ``cfg`` over ``tokenizer``, initialised from ``seed``."""
+    config = tiny_config(
+        len(tokenizer),
+        arch=cfg.arch,
+        hidden_size=cfg.hidden_size,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        intermediate_size=cfg.intermediate_size,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        attn_implementation=attn,
+        max_positions=max(1024, getattr(cfg, "max_context", None) or 0),
+    )
+    return build_tiny_model(config, seed)
 
 
 @contextmanager

@@ -150,8 +150,7 @@ def reference_logprobs(
 ) -> list[list[float]]:
     """Per-row action log-probs under ``ref_model`` (the KL reference), scored like
     ``policy`` scores, in chunks of about 1024 rows: one list per token-batch row."""
-    ref = copy.copy(policy)
-    ref.model = ref_model
+    ref = policy.with_model(ref_model)
     out: list[list[float]] = []
     for idx in np.array_split(np.arange(len(tokens)), max(1, len(tokens) // 1024)):
         logp, _ = ref.score(tokens.minibatch(idx).inputs, temperature, with_entropy=False)

@@ -238,7 +238,7 @@ class VLLMPolicy(HFPolicy):
     """``HFPolicy`` whose free-text sampling runs on vLLM; scoring stays with the HF model."""
 
     def __init__(self, base: HFPolicy, llm: Any):
-        super().__init__(base.model, base.tokenizer, base.device)
+        super().__init__(base.model, base.tokenizer, base.device, base.options)
         self.llm = llm
         self.lora_request: Any = None
         self.generated_tokens = 0  # tokens sampled by vLLM (for tokens/s)

@@ -6,7 +6,9 @@ are stored once. A step is ``{"t", "o" observation, "a" anchor, "x" action, "c"
 completion (when it differs from the action), "r" env reward, "p" penalty (when not 0),
 "sh" sum of shaped reward terms (when any), "ok"
 0 (only when invalid), "lp" logprob, "A" advantage, "q" {advantage part: value}, "k"
-{other numeric column: value}, "crit" 1, "tips" [string], "e" {anything else}}``.
+{other numeric column: value}, "crit" 1, "tips" [string], "pk"/"pf"/"pl"/"pa" the prompt
+the model saw (the first "pk" characters of the step before's prompt, its "pl" characters
+from "pf", then string "pa"; the viewer rebuilds it), "e" {anything else}}``.
 Advantage parts are the per-step columns named ``A_*`` (GiGPO ``A_E``/``A_S``, ProxMO,
 ELPO ``A_b``/``A_t``); other numbers (``G``, ``w``, ``value``, ...) are shown as values.
 """
@@ -30,6 +32,8 @@ PANELS: list[tuple[str, list[str]]] = [
     ("success", ["rollout/success", "eval/success"]),
     ("return", ["rollout/return", "eval/return"]),
     ("invalid rate", ["rollout/invalid_rate", "eval/invalid_rate"]),
+    ("task-blind share", ["rollout/task_blind", "eval/task_blind"]),
+    ("curriculum level", ["curriculum/level", "curriculum/success"]),
     ("entropy", ["actor/entropy"]),
     ("KL and clip fraction", ["actor/kl", "actor/approx_kl", "actor/clipfrac"]),
     ("advantage", ["adv/mean", "adv/std", "adv/abs_max"]),
@@ -37,7 +41,7 @@ PANELS: list[tuple[str, list[str]]] = [
     ("seconds per phase", ["time/rollout", "time/advantage", "time/update"]),
 ]
 _BASE = {"t", "observation", "anchor", "action", "completion", "reward", "penalty", "valid"}
-_BASE |= {"logprob", "advantage", "after_error", "crit", "tips", "path"}
+_BASE |= {"logprob", "advantage", "after_error", "crit", "tips", "path", "prompt"}
 
 
 class Strings:
@@ -101,6 +105,12 @@ def _step(s: dict[str, Any], strings: Strings) -> dict[str, Any]:
         "lp": _num(s.get("logprob")),
         "A": _num(s.get("advantage")),
     }
+    prompt = s.get("prompt")
+    if isinstance(prompt, dict):  # the prompt the model saw, as new text since the step before
+        out["pk"] = int(prompt.get("keep", 0))
+        out["pa"] = strings.add(prompt.get("add", ""))
+        if prompt.get("len"):
+            out["pf"], out["pl"] = int(prompt.get("from", 0)), int(prompt["len"])
     comp = s.get("completion")
     if comp is not None and comp != s.get("action"):
         out["c"] = strings.add(comp)

@@ -217,7 +217,7 @@ def _metrics(it: int, episodes: list[Episode], rng) -> dict[str, Any]:
 
 def _records(episodes: list[Episode], estimator: str, tips: bool) -> list[dict[str, Any]]:
     adv, parts = estimate_parts(estimator, to_step_batch(episodes))
-    recs = to_records(episodes, advantage=adv, **parts)
+    recs = to_records(episodes, None, advantage=adv, **parts)  # no decode: ids dropped
     if tips:
         for r in recs:
             if r["source"] == 2:

@@ -79,11 +79,13 @@ def clone_prefix(episode: Episode, t: int) -> Episode:
 
     Step objects are copied (their ``columns`` dicts too, so labelling one copy leaves the
     other alone); token lists are shared, they are never modified. The events are the
-    prefix's (``EpisodeEvents.prefix``); the per-step ``entropy`` payload is cut at ``t``.
+    prefix's (``EpisodeEvents.prefix``); the per-step ``entropy`` payload is cut at ``t``,
+    and the parent's end-of-episode ``task_blind`` judgement is not copied.
     """
     if not 0 <= t <= len(episode.steps):
         raise ValueError(f"branch point t={t} outside 0..{len(episode.steps)} (episode length)")
     payload = {k: v[:t] if k == "entropy" else v for k, v in episode.meta.payload.items()}
+    payload.pop("task_blind", None)  # judged at the end of each episode, the clone's own
     meta = EpisodeMeta(payload, events=episode.events.prefix(t))
     steps = [copy.copy(s) for s in episode.steps[:t]]
     for s in steps:

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import torch
 
+from cairn import _progress
 from cairn._env_host import EnvFaultRateError
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode, Step
@@ -231,6 +232,7 @@ def play(
             states[i], goes_on = turn.advance(episodes[i], result, settings)
             if goes_on:
                 still.append(i)
+        _progress.turn_done(played + 1, len(active) - len(still))  # the live line's counts
         active, played = still, played + 1
     return active
 

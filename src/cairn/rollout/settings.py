@@ -24,6 +24,7 @@ class RolloutSettings:
     action_pattern: str | None = None
     action_format: str = "line"  # cairn.agent.parse: line | tagged | tool_call
     format_reward: float = 0.0  # added (shaped "format") to a step whose action parsed
+    no_progress_penalty: float = 0.0  # a valid step the env says made no progress (turn.py)
     context_budget: int | None = None  # prompt tokens at most (model context - new tokens)
     instruction: str | None = (
         None  # agent.instruction: replaces the env's wherever prompts are built

@@ -17,9 +17,18 @@ both. A turn, in order:
                  a completion cut at ``max_new_tokens`` is listed in
                  ``events.truncated_actions``, one without an action in
                  ``events.format_errors`` (invalid, penalised), a well-formed one the env
-                 accepts earns ``format_reward`` (``Step.shaped["format"]``)
+                 accepts earns ``format_reward`` (``Step.shaped["format"]``) unless the env
+                 reports it made no progress (``info["no_progress"]``: a move into a wall,
+                 an answer given without any search): then it earns no bonus and costs
+                 ``no_progress_penalty``
     advance      the env's answer becomes the state; the episode ends where the env ends it
-                 or at ``max_turns`` (then truncated), with the env's ``success``
+                 or at ``max_turns`` (then truncated), with the env's ``success`` and,
+                 where the env judges it, ``info["task_blind"]`` as ``meta["task_blind"]``
+                 (the episode did not use the task: each env's docstring says how it tells)
+
+A per-episode demonstration: an env whose reset info holds ``demonstration`` ((observation,
+action) turns, drawn per task instance from a pool) replaces the prompt's fixed example
+exchange with it (``episode_prompt``), so no single answer is shown in every prompt.
 
 ``instruction_for``: the instruction a prompt starts with: ``agent.instruction`` when set,
 else the env's (which may change on reset), followed by the answer format of
@@ -31,7 +40,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cairn.agent import ContextOverflow, Turn, describe_format, fit_prompt, parse_action
+from cairn.agent import (
+    ContextOverflow,
+    Turn,
+    describe_format,
+    example_completion,
+    fit_prompt,
+    parse_action,
+)
 from cairn.data.episode import Episode, Step
 from cairn.data.events import EndReason, EpisodeEnd
 
@@ -45,6 +61,7 @@ __all__ = [
     "Completion",
     "State",
     "advance",
+    "episode_prompt",
     "instruction_for",
     "parse",
     "record",
@@ -53,7 +70,7 @@ __all__ = [
 ]
 
 #: Reset-info keys kept on the episode for rewards that need the task's ground truth.
-TASK_INFO_KEYS = ("answer", "question", "key_steps")
+TASK_INFO_KEYS = ("answer", "question", "key_steps", "demonstration")
 #: Step columns an env may report in its step info (IGPO's info gain), kept on the Step.
 ENV_COLUMNS = ("info_gain",)
 
@@ -83,6 +100,19 @@ def instruction_for(
     return f"{base}\n{fmt}" if base else fmt
 
 
+def episode_prompt(prompt: Any, demonstration: Any, env: TextEnv, settings: RolloutSettings) -> Any:
+    """``prompt`` with its example exchange replaced by ``demonstration`` (the env's
+    per-episode (observation, action) turns, written in ``settings.action_format``);
+    ``prompt`` itself where there is none or the prompt shows no example (the tiny default,
+    ``agent.describe_format`` off) or cannot swap it."""
+    swap = getattr(prompt, "with_example", None)
+    if not demonstration or not getattr(prompt, "example", ()) or swap is None:
+        return prompt
+    tools = getattr(env, "tools", ())
+    fmt = settings.action_format
+    return swap(tuple((obs, example_completion(fmt, a, tools)) for obs, a in demonstration))
+
+
 def start(episode: Episode, info: dict[str, Any]) -> None:
     """Keep the reset ``info``'s task keys (``TASK_INFO_KEYS``) on ``episode``."""
     episode.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
@@ -102,6 +132,7 @@ def turn_prompt(
     prompt exceeds the context budget: the episode then ends there (module docstring)."""
     past = [Turn(s.observation, s.action, s.action_ids) for s in episode.steps]
     instruction = instruction_for(env, settings, getattr(prompt, "renders_tools", False))
+    prompt = episode_prompt(prompt, episode.meta.get("demonstration"), env, settings)
     try:
         fitted = fit_prompt(
             prompt, encode, eos_id, instruction, past, observation, settings.context_budget
@@ -135,7 +166,9 @@ def record(
     taken in ``state`` (the (observation, info) it was chosen in), with the env's answer
     ``result``; counts a cut completion and a format error, rewards a well-formed action
     the env accepts (one it rejects, such as a call to a tool it lacks, earns nothing: a
-    bonus for form alone is a reward that RL learns to collect without acting)."""
+    bonus for form alone is a reward that RL learns to collect without acting; nor does
+    one the env says made no progress, ``info["no_progress"]``, which costs
+    ``settings.no_progress_penalty``)."""
     obs, info = state
     next_info = result[4]
     valid = bool(next_info.get("valid", True))
@@ -160,6 +193,8 @@ def record(
     if parsed is None:
         episode.events.add_format_error(step.t)
         step.valid, step.penalty = False, settings.invalid_penalty
+    elif step.valid and next_info.get("no_progress", False):
+        step.penalty = settings.no_progress_penalty
     elif settings.format_reward and step.valid:
         step.shaped["format"] = settings.format_reward
     return step
@@ -173,5 +208,7 @@ def advance(episode: Episode, result: StepResult, settings: RolloutSettings) -> 
     if terminated or truncated or out_of_turns:
         episode.success = bool(next_info.get("success", False))
         episode.terminated, episode.truncated = bool(terminated), not terminated
+        if "task_blind" in next_info:
+            episode.meta["task_blind"] = bool(next_info["task_blind"])
         return (next_obs, next_info), False
     return (next_obs, next_info), True

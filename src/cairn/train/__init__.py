@@ -1,5 +1,51 @@
-"""Training: configuration, the trainer loop, checkpoints and run logs."""
+"""Training: configuration, the trainer loop, checkpoints and run logs.
 
-from cairn.train.config import Config, ConfigError, load_config
+The package is also the one-call API: ``cairn.train(config, callbacks=[...])`` trains one
+run (``cairn.train.api.train``; ``cairn.train.run`` is the same function, for type
+checkers). Importing it stays light: the names below are imported on first use (``cairn
+presets`` reads ``cairn.train.presets`` without building the config schema), and the
+trainer and torch load when a run starts."""
 
-__all__ = ["Config", "ConfigError", "load_config"]
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cairn.train.api import Callback, TrainResult
+    from cairn.train.config import Config, ConfigError, load_config
+
+__all__ = ["Callback", "Config", "ConfigError", "TrainResult", "load_config", "run"]
+
+_LAZY = {
+    "Callback": "cairn.train.api",
+    "TrainResult": "cairn.train.api",
+    "Config": "cairn.train.config",
+    "ConfigError": "cairn.train.config",
+    "load_config": "cairn.train.config",
+}
+
+
+def run(config: Any, *args: Any, **kwargs: Any) -> Any:
+    """``cairn.train.api.train``: train one run; returns a ``TrainResult``."""
+    from cairn.train.api import train
+
+    return train(config, *args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+class _CallableModule(types.ModuleType):
+    """``cairn.train(...)`` calls ``run``: the package is the API's name."""
+
+    def __call__(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+        return run(config, *args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

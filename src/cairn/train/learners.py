@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
+from cairn import _progress
 from cairn.losses import LossConfig, policy_loss
 
 if TYPE_CHECKING:
@@ -206,10 +207,13 @@ def run_epochs(
     ``stop()``, asked after each pass but the last, ends them early (the training time
     budget ran out)."""
     sums: dict[str, list[float]] = defaultdict(list)
+    done = 0
     for epoch in range(epochs):
         for idx in np.array_split(row_order(n, rng, labels), chunks):
             for k, v in step(idx).items():
                 sums[k].append(v)
+            done += 1
+            _progress.minibatch_done(done, epochs * chunks)  # the live line's counts
         if stop is not None and epoch < epochs - 1 and stop():
             break
     return {k: float(np.mean(v)) for k, v in sums.items()}

@@ -136,8 +136,10 @@ class LoggerSet:
             self.failed[name] = reason
             text = f"logger {name!r} failed at {action} and is disabled: {reason}"
             warnings.warn(text, LoggerWarning, stacklevel=2)
-            if self._say is not None:
-                self._say(f"[yellow]{text}[/yellow]")
+            if self._say is not None:  # the console reads markup: [tensorboard] stays text
+                from rich.markup import escape
+
+                self._say(f"[yellow]{escape(text)}[/yellow]")
 
 
 # -- the optional loggers -----------------------------------------------------------------------

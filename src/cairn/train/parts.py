@@ -40,6 +40,7 @@ from cairn.rollout import (
     make_strategy,
 )
 from cairn.train.config import Config
+from cairn.train.curriculum import make_curriculum
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, SideLearner, build_learners
 from cairn.train.resume import _check_optimizer
@@ -54,7 +55,9 @@ class TrainParts:
     """A trainer's parts (module docstring); ``cairn.train.trainer.Trainer`` reads them by
     name (``trainer.policy`` is ``trainer.parts.policy``)."""
 
-    env_factory: EnvFactory
+    env_factory: EnvFactory  # the config's env (evaluation's; training's without curriculum)
+    workers: tuple[Any, ...]  # the env pools' settings (workers, backend, timeout, faults)
+    curriculum: Any  # cairn.train.curriculum's, or None; its level's env options train
     train_envs: EnvPool | WorkerPool
     eval_envs: EnvPool | WorkerPool
     policy: HFPolicy
@@ -79,6 +82,7 @@ class TrainParts:
             **{f"{x.name}_optimizer": x.opt.state_dict() for x in self.learners},
             "exploration": self.exploration.state_dict(),
             "rewards": [_reward_state(r) for r in self.rewards],
+            **({"curriculum": self.curriculum.state_dict()} if self.curriculum else {}),
         }
 
     def check_state_dict(self, state: dict[str, Any]) -> None:
@@ -100,10 +104,29 @@ class TrainParts:
                 put(f"{x.name}_optimizer", x.opt.load_state_dict, state[f"{x.name}_optimizer"])
         if "exploration" in state:
             put("exploration", self.exploration.load_state_dict, state["exploration"])
+        if self.curriculum is not None and state.get("curriculum") is not None:
+            level = self.curriculum.level
+            put("curriculum", self.curriculum.load_state_dict, state["curriculum"])
+            new, self.curriculum.level = self.curriculum.level, level
+            self.set_curriculum_level(new)  # the saved level's training envs
         saved_rewards = state.get("rewards", [])
         for i, (reward, saved) in enumerate(zip(self.rewards, saved_rewards, strict=False)):
             if saved is not None:
                 put(f"rewards[{i}]", _load_reward, reward, saved)
+
+    def train_factory(self) -> EnvFactory:
+        """The training envs' factory: ``env.options``, or the curriculum level's over them."""
+        return _train_factory(self.env_factory, self.curriculum)
+
+    def set_curriculum_level(self, level: int) -> None:
+        """Train at curriculum ``level`` from now on: new training envs at its options."""
+        if self.curriculum is None:
+            raise ValueError("set_curriculum_level: this run has no curriculum")
+        changed = level != self.curriculum.level
+        self.curriculum.level = level
+        if changed:
+            self.train_envs.close()
+            self.train_envs = make_env_pool(self.train_factory(), *self.workers)
 
     def refresh_reference(self) -> None:
         """After the weights changed outside RL (the warm-up): the KL reference becomes a
@@ -121,15 +144,24 @@ class TrainParts:
         self.exploration.close()
 
 
+def _train_factory(env: EnvFactory, curriculum: Any) -> EnvFactory:
+    if curriculum is None:
+        return env
+    return EnvFactory.of(env.name, **curriculum.env_options(env.options))
+
+
 def build_parts(cfg: Config, run_dir: Path, dist: Dist, ckpt: Path | None) -> TrainParts:
     """A trainer's parts for ``cfg`` (module docstring: what, in which order); the weights
     and the learners' from ``ckpt`` when given (the rest of its state: ``load_state_dict``)."""
     env_factory = EnvFactory.of(cfg.env.name, **cfg.env.options)  # workers: registration too
     r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool
     workers = (r.workers, r.worker_backend, r.env_timeout_s, r.max_env_error_rate)
-    train_envs = make_env_pool(env_factory, *workers)
+    # A curriculum trains at its level's env options; evaluation keeps env.options.
+    curriculum = make_curriculum(cfg.curriculum.name, cfg.curriculum.options)
+    train_envs = make_env_pool(_train_factory(env_factory, curriculum), *workers)
     eval_envs = make_env_pool(env_factory, *workers)
-    policy, engine, prompt = build_policy_engine(cfg, train_envs.take(1)[0], run_dir, dist, ckpt)
+    probe = (train_envs if curriculum is None else eval_envs).take(1)[0]
+    policy, engine, prompt = build_policy_engine(cfg, probe, run_dir, dist, ckpt)
     loss_cfg = LossConfig(**cfg.model_dump()["loss"])
     # The KL reference: LoRA's base with adapters off (no copy), else a frozen copy.
     ref = reference_model(policy.model) if loss_cfg.kl_coef > 0 else None
@@ -148,7 +180,8 @@ def build_parts(cfg: Config, run_dir: Path, dist: Dist, ckpt: Path | None) -> Tr
     rewards = [make_reward(x.name, **x.options) for x in cfg.rewards]
     reward_ctx = RewardContext(policy=policy, prompt=prompt)
     return TrainParts(
-        env_factory=env_factory, train_envs=train_envs, eval_envs=eval_envs, policy=policy,
+        env_factory=env_factory, workers=workers, curriculum=curriculum,
+        train_envs=train_envs, eval_envs=eval_envs, policy=policy,
         engine=engine, prompt=prompt, opt=opt, ref_model=ref_model, actor=actor,
         learners=learners, sampling=sampling, strategy=exploration.wrap(strategy),
         exploration=exploration, rewards=rewards, reward_ctx=reward_ctx,

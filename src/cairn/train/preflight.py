@@ -12,6 +12,8 @@ the rest, before any work (the CLI, ``load_config`` and ``Trainer`` call it):
     log         the loggers are registered
     exploration the tip writer, embedder, demo source and variant generator are registered
                 and, where enabled, take their options
+    curriculum  the curriculum is registered, takes these options, and every level's env
+                options build the env
     tiny keys   keys of the tiny default model given with a pretrained one (warning), the
                 tiny model's warm-up rate with a pretrained one (error)
     warm-up     the tiny model's word-level tokenizer cannot write tool-call demonstrations
@@ -93,6 +95,7 @@ def _cheap_checks(cfg: Config) -> Iterator[_Check]:
         yield f"rewards.{i}", {}, partial(_reward, spec.name, spec.options)
     yield "log.loggers", cfg.log.loggers, lambda: _loggers(cfg.log.loggers)
     yield from _exploration_checks(cfg)
+    yield "curriculum", {}, lambda: _curriculum(cfg)
 
 
 def _costly_checks(cfg: Config) -> Iterator[_Check]:
@@ -111,6 +114,12 @@ def _reward(name: str, options: dict[str, Any]) -> None:
     from cairn.rewards import validate_reward_options
 
     validate_reward_options(name, options)
+
+
+def _curriculum(cfg: Config) -> None:
+    from cairn.train.curriculum import check_curriculum
+
+    check_curriculum(cfg)
 
 
 def _loggers(names: list[str]) -> None:
@@ -158,7 +167,7 @@ def _registered(registry: Any, name: str) -> None:
 
 
 def _memory(memory: Any) -> None:
-    from cairn.exploration.memory import check_mode_probs
+    from cairn.exploration.config import check_mode_probs
     from cairn.exploration.registries import WRITERS
 
     check_mode_probs(memory.probs)
@@ -274,9 +283,10 @@ def tiny_key_problems(cfg: Config) -> tuple[list[str], list[str]]:
 
 
 def warn_tiny_keys(notes: list[str]) -> None:
-    """Each note as a ``TinyKeyWarning``."""
+    """Each note as a ``TinyKeyWarning``, attributed to ``check_config``: the same note from
+    the CLI's check and the trainer's is shown once (Python's default warning filter)."""
     for note in notes:
-        warnings.warn(note, TinyKeyWarning, stacklevel=3)
+        warnings.warn(note, TinyKeyWarning, stacklevel=2)
 
 
 def _word_level_tool_calls(cfg: Config) -> str | None:

@@ -7,6 +7,7 @@ so an installed wheel needs nothing from the repository or the working directory
 
 from __future__ import annotations
 
+import difflib
 import re
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -61,7 +62,9 @@ def resolve_config(spec: str | Path) -> Path | str:
     by_name = path.parent == Path(".") or path.parent.name == "configs"
     if by_name and name in available_presets():
         return preset_text(name)
+    close = difflib.get_close_matches(name, available_presets(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
     raise FileNotFoundError(
         f"config {str(spec)!r} does not exist: neither a file nor a preset "
-        f"(presets: {', '.join(available_presets())})"
+        f"(presets: {', '.join(available_presets())}){hint}"
     )

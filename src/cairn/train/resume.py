@@ -1,10 +1,11 @@
 """What a checkpoint keeps of a trainer besides the weights, and putting it back: the
 loop's counters, evaluations, the warm-up's stats and every random stream
 (``cairn.train.state.TrainState``), the parts' optimizer states (the actor's and each
-learner's, ``<name>_optimizer``), KL reference and the state of exploration and rewards
-(``cairn.train.parts.TrainParts.state_dict``), and the metrics rows logged since the
-previous checkpoint (``metrics``: a resume rebuilds from them a row that metrics.jsonl
-lost). Restoring it makes a resumed run repeat the uninterrupted one exactly.
+learner's, ``<name>_optimizer``), KL reference, the state of exploration and rewards and
+the curriculum's level and window (``cairn.train.parts.TrainParts.state_dict``), and the
+metrics rows logged since the previous checkpoint (``metrics``: a resume rebuilds from
+them a row that metrics.jsonl lost). Restoring it makes a resumed run repeat the
+uninterrupted one exactly.
 
 The state was checked against its schema when it was read (``cairn.train.state_schema``);
 ``restore_trainer`` also checks what only the live parts know (each optimizer's groups

@@ -1,4 +1,5 @@
-"""What a run writes as it goes: metrics.jsonl, trajectory dumps, and the live progress line.
+"""What a run writes as it goes: metrics.jsonl, trajectory dumps, and the live progress line
+(one per iteration, and within a long one ``live_line``).
 
 Every write is appended and flushed at the end of an iteration, so a killed run loses
 at most the iteration in flight; `truncate_after` drops what a resumed run will redo.
@@ -31,6 +32,7 @@ from rich.console import Console
 from cairn.data import rundir
 from cairn.data.rundir import read_metrics
 from cairn.train.loggers import LoggerSet
+from cairn.train.progress import LiveLine
 
 __all__ = ["RunLog", "read_metrics"]
 
@@ -38,6 +40,8 @@ _SHOWN = [
     ("rollout/success", "succ", ".2f"),
     ("rollout/return", "ret", "+.2f"),
     ("rollout/invalid_rate", "inv", ".2f"),
+    ("rollout/task_blind", "blind", ".2f"),
+    ("curriculum/level", "lvl", ".0f"),
     ("actor/entropy", "ent", ".2f"),
     ("actor/kl", "kl", ".3f"),
     ("actor/clipfrac", "clip", ".2f"),
@@ -63,7 +67,7 @@ class RunLog:
         self.metrics_path = run_dir / rundir.METRICS
         self.traj_dir = run_dir / rundir.TRAJECTORIES
         self.traj_dir.mkdir(parents=True, exist_ok=True)
-        live = sys.stdout.isatty() if progress is None else progress
+        self.live = live = sys.stdout.isatty() if progress is None else progress
         self.console = Console(highlight=False, force_terminal=live or None, soft_wrap=True)
         if config is None:
             config = rundir.read_config(run_dir)
@@ -75,6 +79,9 @@ class RunLog:
         # Rows logged since the last checkpoint: the trainer stores them in the next one, so
         # a row metrics.jsonl loses later is rebuilt on resume (``truncate_after``).
         self.unsaved_rows: list[dict[str, Any]] = []
+        # Objects with ``on_iteration(row)`` (``cairn.train(..., callbacks=[...])``): each
+        # gets every metrics row, JSON-safe, after it is written.
+        self.callbacks: list[Any] = []
         if self.loggers.active:
             atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -101,6 +108,8 @@ class RunLog:
         rundir.append_metrics(self.dir, clean)
         self.unsaved_rows.append(clean)
         self.loggers.log(row, step=int(row.get("iteration", 0)))
+        for callback in self.callbacks:
+            callback.on_iteration(dict(clean))
 
     def trajectories(self, iteration: int, records: list[dict[str, Any]]) -> None:
         """``trajectories/iter_XXXXXX.jsonl.gz``: one episode record per line, floats rounded."""
@@ -118,6 +127,11 @@ class RunLog:
             parts.append(f"[bold]eval {row['eval/success']:.2f}[/bold]")
         parts.append(budget)
         self.console.print("  ".join(parts))
+
+    def live_line(self, iteration: int, episodes: int) -> LiveLine:
+        """The line shown within an iteration that runs over 10 s (``cairn.train.progress``;
+        off with the live progress): ``with log.live_line(it, n): ...``."""
+        return LiveLine(self.console, self.live, iteration, episodes)
 
     def say(self, text: str) -> None:
         self.console.print(text)

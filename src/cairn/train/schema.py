@@ -12,10 +12,11 @@ no torch, transformers, env, rollout or exploration hook (tests/train/test_confi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -43,6 +44,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "CriticConfig",
+    "CurriculumConfig",
     "EnvConfig",
     "EvalConfig",
     "LogConfig",
@@ -58,6 +60,7 @@ __all__ = [
     "config_problem",
     "config_problems",
     "describe",
+    "did_you_mean",
     "format_validation_error",
     "run_name_problem",
     "stop_problem",
@@ -148,6 +151,11 @@ class ModelConfig(_Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype."
     )
+    autocast: Literal["auto", "bf16", "off"] = Field(
+        "auto", description="bfloat16 autocast of the forward passes (weights, adapters and "
+        "optimizer state stay float32); auto: on for a model.path model with float32 weights "
+        "on a CPU with AMX or AVX512-BF16, off for the tiny default and elsewhere."
+    )  # fmt: skip
     device: str = Field("cpu", description="torch device for the policy.")
     attn_implementation: str | None = Field(
         None, description="eager / sdpa / flash_attention_2; null: eager for the tiny default."
@@ -167,6 +175,21 @@ class ModelConfig(_Section):
         None, gt=0, description="Context length in tokens (prompt + new tokens); null: the "
         "model config's max_position_embeddings. Old turns are dropped to fit."
     )  # fmt: skip
+
+    @field_validator("autocast", mode="before")
+    @classmethod
+    def _autocast_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML reads a bare ``off`` as false
+
+    @model_serializer(mode="wrap")
+    def _without_default_autocast(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``autocast`` is left out while ``auto``: a config that does not set it dumps (and
+        hashes, ``cairn.train.runconfig.config_sha256``) as before the key existed, so runs
+        made then resume."""
+        data: dict[str, Any] = handler(self)
+        if self.autocast == "auto":
+            data.pop("autocast", None)
+        return data
 
 
 #: Keys of ``model`` that only the tiny default reads (its architecture, local tokenizer and
@@ -201,6 +224,11 @@ class AgentConfig(_Section):
         description="Reward added to each step whose action parsed and the env "
         "accepted (format bonus; a well-formed action the env rejects earns none).",
     )
+    no_progress_penalty: float = Field(
+        0.0, ge=0, description="Subtracted from a valid action the env says made no progress "
+        "(info no_progress: a move into a wall, an answer without a search); such an action "
+        "never earns format_reward."
+    )  # fmt: skip
     describe_format: bool | None = Field(
         None, description="Append the answer format of action_format, with an example, to "
         "the instruction; null: on for a pretrained model (model.path), off for the tiny one."
@@ -313,7 +341,10 @@ def _section_of(dc: type, name: str) -> type[_Section]:
     return create_model(name, __base__=_Section, **keys)
 
 
-LossSection = _section_of(LossConfig, "LossSection")
+if TYPE_CHECKING:  # the type checker reads the section as the dataclass it is built from
+    LossSection = LossConfig
+else:
+    LossSection = _section_of(LossConfig, "LossSection")
 
 
 def stop_problem(agent: AgentConfig, stop: Sequence[str]) -> str | None:
@@ -457,6 +488,17 @@ class CheckpointConfig(_Section):
     keep: int = Field(2, gt=0, description="Checkpoints kept on disk (the newest).")
 
 
+class CurriculumConfig(_Section):
+    name: str | None = Field(
+        None, description="Automatic curriculum (cairn.train.curriculum: success_rate); "
+        "null: off, training uses env.options throughout."
+    )  # fmt: skip
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Its options: levels (env option overrides, "
+        "easiest first), start, raise_at, lower_at, window. Evaluation keeps env.options."
+    )  # fmt: skip
+
+
 class Config(_Section):
     name: str = Field(
         "sokoban_gigpo", description="Run name prefix: one folder name (no '/', '\\' or "
@@ -488,6 +530,7 @@ class Config(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     exploration: ExplorationConfig = Field(default_factory=ExplorationConfig)
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
 
     @field_validator("imports")
     @classmethod
@@ -607,11 +650,19 @@ def format_validation_error(err: ValidationError) -> str:
             section = _section_at(e["loc"][:-1])
             allowed = ", ".join(section.model_fields) if section else "?"
             shown = _short(e["input"])
-            lines.append(f"unknown key {loc!r} (value {shown}); allowed here: {allowed}")
+            hint = did_you_mean(str(e["loc"][-1]), section.model_fields if section else [])
+            lines.append(f"unknown key {loc!r} (value {shown}); allowed here: {allowed}{hint}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
             lines.append(config_problem(loc, e.get("input"), msg))
     return config_problems(lines)
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` naming the known word closest to a misspelled ``word``, or
+    "" when none is close (difflib's ratio of at least 0.6)."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -69,6 +69,7 @@ def sampling_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSet
         max_turns=r.max_turns, invalid_penalty=cfg.agent.invalid_penalty,
         action_pattern=cfg.agent.action_pattern, action_format=cfg.agent.action_format,
         format_reward=cfg.agent.format_reward, context_budget=budget,
+        no_progress_penalty=cfg.agent.no_progress_penalty,
         instruction=cfg.agent.instruction, describe_format=describe_format(cfg),
         response_prefix=cfg.agent.response_prefix,
     )  # fmt: skip
@@ -109,10 +110,11 @@ def build_policy_engine(
     probe.reset(seed=0)
     instruction = cfg.agent.instruction or probe.instruction
     words = prompt_words(cfg)
-    policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt, words)
     # Where a turn's prompt extends the last turn's prompt and reply (the chat prompt shows
-    # every earlier turn), generation continues each episode's KV cache.
-    policy.reuse_cache = policy.share_prefix and turns_extend(cfg)
+    # every earlier turn), a pretrained model's generation continues each episode's KV cache.
+    policy = build_policy(
+        cfg.model, probe, instruction, cfg.seed, ckpt, words, extend_turns=turns_extend(cfg)
+    )
     if cfg.model.path is not None:
         budget_check(cfg, policy.tokenizer)
     dist.broadcast_params(policy.model)

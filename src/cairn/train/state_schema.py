@@ -24,6 +24,7 @@ Keys (all but ``iteration`` optional, so older checkpoints still load):
     ref_model        None or {str: tensor}
     exploration      a dict; ``rng`` in it a numpy PCG64 state
     rewards          a list of dicts or None
+    curriculum       a dict (level, recent) or None
     metrics          list of metrics rows {str: value}, each ``iteration`` in [1, iteration]
     config_sha256    64 lowercase hex digits (the hash of the run's config.yaml)
 Other keys are allowed (a learner's own), checked only by the generic reader.
@@ -275,6 +276,7 @@ _CHECKS = {
     "ref_model": _weights,
     "exploration": _exploration,
     "rewards": _rewards,
+    "curriculum": _dict_or_none,
     "metrics": _metrics,
     "config_sha256": _sha256,
 }

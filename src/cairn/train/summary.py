@@ -14,18 +14,31 @@ from cairn.rollout.loop import turn_stats
 if TYPE_CHECKING:
     from cairn.train.config import Config
 
-__all__ = ["episode_stats", "summarize"]
+__all__ = ["episode_stats", "summarize", "task_blind_share"]
 
 
 def episode_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
+    """Success, return, length, invalid rate, the free-text counters and, where the env
+    judges it (``info["task_blind"]``), ``prefix/task_blind``: the share of the judged
+    episodes that did not use the task (``task_blind_share``)."""
     steps = sum(len(e.steps) for e in episodes)
+    blind = task_blind_share(episodes)
     return {
         f"{prefix}/success": float(np.mean([e.success for e in episodes])),
         f"{prefix}/return": float(np.mean([e.ret for e in episodes])),
         f"{prefix}/length": steps / max(1, len(episodes)),
         f"{prefix}/invalid_rate": sum(e.invalid for e in episodes) / max(1, steps),
         **turn_stats(episodes, prefix),  # free text: format errors, cuts, context drops
+        **({} if blind is None else {f"{prefix}/task_blind": blind}),
     }
+
+
+def task_blind_share(episodes: Sequence[Episode]) -> float | None:
+    """The share of ``episodes`` whose env judged them task-blind (``meta["task_blind"]``:
+    a fixed move, a copied example, a target-blind expression, an answer without a search;
+    each env's docstring says how it tells), among those it judged; None where none was."""
+    judged = [bool(e.meta["task_blind"]) for e in episodes if "task_blind" in e.meta]
+    return float(np.mean(judged)) if judged else None
 
 
 def summarize(

@@ -10,8 +10,10 @@
                ``cairn.advantages.compute``: the estimator, then the whitening
     update     the token batch (+ KL reference log-probs) -> PPO epochs over shuffled
                minibatches, for the actor and every other learner; weights to the sampler
-    log        counters, trajectories, the metrics row; then (``run``) greedy eval,
-               metrics.jsonl and the live line, checkpoint
+    log        counters, trajectories, the metrics row; the curriculum (if any) sees the
+               iteration's successes and may change the training envs' difficulty
+               (``cairn.train.curriculum``); then (``run``) greedy eval at the fixed
+               ``env.options``, metrics.jsonl and the live line, checkpoint
 
 Nothing here knows a specific estimator, env, strategy or method: they come by name from
 the config, and what a method needs arrives as data (step columns, per-token flags the
@@ -171,6 +173,25 @@ class Trainer:
     exploration = _Part[Exploration]()
     rewards = _Part[list[RewardFn]]()
     reward_ctx = _Part[RewardContext]()
+    curriculum = _Part[Any]()  # cairn.train.curriculum's, or None
+
+    def set_curriculum_level(self, level: int) -> None:
+        """Train at curriculum ``level`` from now on (``TrainParts.set_curriculum_level``)."""
+        self.parts.set_curriculum_level(level)
+
+    def _climb(self, played: Sequence[Episode]) -> dict[str, float]:
+        """The curriculum's metrics for this iteration's level, then its step: the
+        successes of ``played`` enter its window and may change the level (rank 0's level
+        on every rank)."""
+        if self.curriculum is None:
+            return {}
+        metrics, trained = self.curriculum.metrics(), self.curriculum.level
+        self.curriculum.observe([e.success for e in played])
+        metrics["curriculum/success"] = self.curriculum.last_rate
+        new = self.dist.broadcast_object(self.curriculum.level)
+        self.curriculum.level = trained
+        self.set_curriculum_level(new)  # new training envs where the level changed
+        return metrics
 
     # -- the counters (``self.state``'s), read and written by name ----------------------------
     @property
@@ -215,7 +236,8 @@ class Trainer:
             self._record_eval(0, self.evaluate())
         while not self._done():
             self.iteration += 1
-            row = self.train_iteration()
+            with self.log.live_line(self.iteration, self.local_groups * cfg.rollout.group_size):
+                row = self.train_iteration()
             if budget.eval_due(cfg.eval.every, self.iteration, self._done()):
                 row.update(self._record_eval(self.iteration, self.evaluate()))
             self.log.metrics(row)
@@ -254,6 +276,7 @@ class Trainer:
         if cfg.log.trajectories_every and self.iteration % cfg.log.trajectories_every == 0:
             self._dump(episodes, adv, parts)
         played = [e for e in episodes if Source(e.source).from_policy] or episodes
+        climbed = self._climb(played)
         return self.dist.mean_metrics({
             "iteration": self.iteration,
             "episodes": self.episodes,
@@ -269,6 +292,7 @@ class Trainer:
             **actor,
             "actor/lr": lr,
             **self.exploration.metrics(),
+            **climbed,
             "time/rollout": t1 - t0,
             "time/advantage": t2 - t1,
             "time/update": t3 - t2,
@@ -423,7 +447,11 @@ class Trainer:
         keep = np.array([e.group in groups for e in episodes for _ in e.steps], dtype=bool)
         chosen = [e for e in episodes if e.group in groups]
         per_step = {"advantage": adv[keep], **{k: v[keep] for k, v in parts.items()}}
-        self.log.trajectories(self.iteration, to_records(chosen, **per_step))
+        # What the model saw: each turn's prompt text, decoded from its ids, stored as the
+        # part new since the turn before (``to_records``; ``prompt_texts`` rebuilds them).
+        decode = getattr(self.policy.tokenizer, "decode", None)
+        records = to_records(chosen, decode=decode, **per_step)
+        self.log.trajectories(self.iteration, records)
 
     def _save(self) -> None:
         model = self.policy.model  # damaged weights are never checkpointed (divergence)

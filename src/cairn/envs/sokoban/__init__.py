@@ -15,9 +15,8 @@ dropped on random floor cells, and the draw is kept only when the breadth-first 
 Three renderings (``render=``):
 - ``"grid"``: rows of space-separated symbols, ``# _ . $ * @ +`` (wall, floor, target,
   box, box on target, player, player on target);
-- ``"text"``: for language models, the positions of the player, boxes and targets in
-  words, then the grid with numbered rows, with the legend in the instruction (see
-  ``render_text``);
+- ``"text"``: for language models, the grid with numbered rows, with the legend and the
+  coordinates in the instruction (see ``render_text``);
 - ``"compact"``: a short fixed-length sentence of closed-vocabulary words for tiny models
   (see ``render_compact``). ``info["anchor"]`` is always the grid text.
 

@@ -2,6 +2,19 @@
 
 Each step costs -0.1, pushing a box onto a target gives +1, off a target -1, and putting
 the last box on its target adds +10 and ends the episode (gym-sokoban, Schrader 2018).
+
+What a trainer reads beside the reward (``cairn.rollout.turn``):
+- ``info["no_progress"]``: a legal move that left the room unchanged (into a wall, or a
+  box that cannot move). It is not progress: it earns no format bonus and costs
+  ``agent.no_progress_penalty``, so a policy that walks into a wall is not paid for form.
+- ``info["task_blind"]``: the episode so far has not solved the room and its valid moves
+  ignore the room: at least two, all the same move (``right right right ...``), or at
+  least half of them no-ops. ``rollout/task_blind`` is the share of such episodes.
+- ``example_pool=True`` (text rendering): the made-up example episode that opens a
+  language model's prompt is drawn per task instance from four corridors, one per
+  direction (a step, then a push onto the target), and handed over in the reset info
+  (``demonstration``); a fixed example biased SmolLM2 towards its move (14 of 16 first
+  moves were the example's ``right``).
 """
 
 from __future__ import annotations
@@ -56,6 +69,13 @@ FINISHED = 10.0
 _RENDERS = ("grid", "compact", "text")
 # the demonstration of the text rendering: a step right, then a push right onto the target
 _EXAMPLE_ROOM = "# # # # # #\n# @ _ $ . #\n# # # # # #"
+# example_pool: one corridor per direction (a step, then a push onto the target)
+_EXAMPLE_POOL = {
+    "right": _EXAMPLE_ROOM,
+    "left": "# # # # # #\n# . $ _ @ #\n# # # # # #",
+    "down": "# # #\n# @ #\n# _ #\n# $ #\n# . #\n# # #",
+    "up": "# # #\n# . #\n# $ #\n# _ #\n# @ #\n# # #",
+}
 _INSTRUCTIONS = {
     "text": (
         "Sokoban: push every box onto a target. The map is a grid, row 0 at the top and "
@@ -83,6 +103,8 @@ class SokobanSnapshot:
     steps: int
     done: bool
     info: dict[str, Any]
+    moves: tuple[str, ...] = ()  # the valid moves so far (task_blind)
+    noops: int = 0  # of which left the room unchanged
 
 
 class Sokoban(TextEnv):
@@ -95,7 +117,9 @@ class Sokoban(TextEnv):
     density in [0, 1)), ``min_solution`` / ``max_solution`` (bounds on the optimal
     solution length in moves, default 1 and ``max_steps``), ``instruction`` (prompt text;
     default depends on ``render``), ``room`` (a fixed room as grid text, e.g. for tests;
-    then the seed and the generation options are ignored).
+    then the seed and the generation options are ignored), ``example_pool`` (text
+    rendering: the example episode drawn per task instance from one corridor per
+    direction, module docstring; default False: always the step and push ``right``).
     """
 
     example_action = "right"
@@ -111,8 +135,14 @@ class Sokoban(TextEnv):
         max_solution: int | None = None,
         instruction: str | None = None,
         room: str | None = None,
+        example_pool: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(example_pool, bool):
+            raise ValueError(f"example_pool must be True or False, got {example_pool!r}")
+        self.example_pool = example_pool
+        self._moves: list[str] = []
+        self._noops = 0
         self.max_steps = check_int("max_steps", max_steps, 1, MAX_EPISODE_STEPS)
         self.render = check_choice("render", render, _RENDERS)
         self.fixed_room = self._parse_fixed_room(room)
@@ -178,8 +208,12 @@ class Sokoban(TextEnv):
         far more often after two exchanges than after one)."""
         if self.render != "text":
             return []
-        room = parse_grid(_EXAMPLE_ROOM)
-        return [(render_text(room), "right"), (render_text(apply_action(room, "right")), "right")]
+        move = "right"
+        if self.example_pool and self._seed is not None:  # per task instance (module docstring)
+            rng = np.random.default_rng([int(self._seed), 0x5E])
+            move = sorted(_EXAMPLE_POOL)[int(rng.integers(len(_EXAMPLE_POOL)))]
+        room = parse_grid(_EXAMPLE_POOL[move])
+        return [(render_text(room), move), (render_text(apply_action(room, move)), move)]
 
     def gold_action(self) -> str | None:
         """The optimal solver's next move from the current state (None when the episode
@@ -204,7 +238,11 @@ class Sokoban(TextEnv):
             bounds = (self.min_solution, self.max_solution)
             self._room = _generate_cached(*shape, *bounds, int(seed))
         self._clock.start()
-        return self._observe(valid=True, moved=False)
+        self._moves, self._noops = [], 0
+        obs, info = self._observe(valid=True, moved=False)
+        if self.example_pool and self.render == "text":
+            info["demonstration"] = self.demonstration()
+        return obs, info
 
     def step(self, action: str) -> StepResult:
         self._clock.check()  # before the base class records the action
@@ -223,14 +261,25 @@ class Sokoban(TextEnv):
             if new.solved:
                 reward += FINISHED
             self._room = new
+            self._moves.append(key)
+            self._noops += not moved
         at_limit = self._clock.tick()
         terminated = self.room.solved
         truncated = not terminated and at_limit
         self._clock.done = terminated or truncated
-        obs, info = self._observe(valid=valid, moved=moved)
+        obs, info = self._observe(valid=valid, moved=moved, no_progress=valid and not moved)
         return obs, reward, terminated, truncated, info
 
-    def _observe(self, valid: bool, moved: bool) -> tuple[str, dict[str, Any]]:
+    def _task_blind(self) -> bool:
+        """The room is unsolved and the valid moves ignore it (module docstring)."""
+        moves = self._moves
+        if self.room.solved or not moves:
+            return False
+        return (len(moves) >= 2 and len(set(moves)) == 1) or 2 * self._noops >= len(moves)
+
+    def _observe(
+        self, valid: bool, moved: bool, no_progress: bool = False
+    ) -> tuple[str, dict[str, Any]]:
         room = self.room
         anchor = render_grid(room)
         self._info = {
@@ -242,6 +291,8 @@ class Sokoban(TextEnv):
             "num_boxes": len(room.boxes),
             "steps": self._clock.steps,
             "moved": moved,
+            "no_progress": no_progress,
+            "task_blind": self._task_blind(),
         }
         return self._render(room), dict(self._info, admissible=list(ACTIONS))
 
@@ -250,7 +301,9 @@ class Sokoban(TextEnv):
         info = dict(self._info, admissible=list(ACTIONS))
         actions = tuple(self._actions)
         steps, done = self._clock.steps, self._clock.done
-        return SokobanSnapshot(self._seed, actions, self.room, steps, done, info)
+        return SokobanSnapshot(
+            self._seed, actions, self.room, steps, done, info, tuple(self._moves), self._noops
+        )
 
     def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
         if isinstance(snap, ReplaySnapshot):
@@ -261,6 +314,7 @@ class Sokoban(TextEnv):
         self._room = snap.room
         self._clock.set_state((snap.steps, True, snap.done))
         self._info = dict(snap.info)
+        self._moves, self._noops = list(snap.moves), snap.noops
         return self._render(snap.room), dict(self._info, admissible=list(ACTIONS))
 
     def _render(self, room: Room) -> str:

@@ -23,9 +23,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cairn._errors import ConfigError
 from cairn.agent import PromptBuilder
 from cairn.envs import available, make, validate_options
-from cairn.train.config import ConfigError
 
 __all__ = ["VAL_SEED_OFFSET", "dataset_rows", "write_dataset"]
 

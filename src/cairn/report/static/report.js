@@ -302,6 +302,10 @@ function showDetail(g, gi, ep, st, nSame, near) {
   box.append(kvTable(vals));
   box.append(h('div', {cls: 'note', text: `step group (same anchor in this group): ${nSame} turns` + (nSame === 1 ? ' (a singleton: no step-level signal from exact grouping)' : '')}));
   if (ep.t_crit === st.t) box.append(h('div', {cls: 'bad', text: '⚑ localised first irrecoverable step (crit)'}));
+  const prompt = promptOf(ep, st);
+  if (prompt !== null) {  // what the model saw: the rendered prompt, collapsed by default
+    box.append(h('details', {cls: 'prompt'}, h('summary', {text: `prompt the model saw (${prompt.length} characters)`}), h('pre', {text: prompt})));
+  }
   box.append(h('div', {text: 'observation'}), h('pre', {text: str(st.o)}));
   if (st.a !== st.o) box.append(h('div', {text: 'anchor (grouping key)'}), h('pre', {text: str(st.a)}));
   box.append(h('div', {text: 'action'}), h('pre', {text: str(st.x)}));
@@ -316,6 +320,19 @@ function showDetail(g, gi, ep, st, nSame, near) {
       (v, i) => i === 1 ? num(v, 4) : String(v)));
   }
   box.style.display = 'block';
+}
+// The prompt text of step st: each step keeps pk characters of the step before's prompt,
+// then its pl characters from pf, then adds string pa (what repeats is stored once per
+// episode); null where none was kept.
+function promptOf(ep, st) {
+  let text = '';
+  for (const x of ep.steps) {
+    if (x.pk === undefined) { text = null; if (x === st) return null; continue; }
+    const prev = text || '';
+    text = prev.slice(0, x.pk) + (x.pl ? prev.slice(x.pf, x.pf + x.pl) : '') + str(x.pa);
+    if (x === st) return text;
+  }
+  return null;
 }
 function closeDetail() { const b = document.getElementById('detail'); if (b) b.style.display = 'none'; clearSelection(); }
 function stepMatches(st, ep) {

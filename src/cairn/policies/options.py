@@ -1,0 +1,107 @@
+"""How a policy runs its model: the sharing and caching of sampling and scoring, and the
+precision of its forward passes, fixed when the policy is built (``HFPolicy(options=...)``).
+
+    GenerationOptions()                       the plain path: every row fed whole, float32
+    GenerationOptions(share_prefix=True, ...) the shared-prefix component (``sharing``)
+
+The plain path (all sharing and caching off) is the reference: the shared-prefix component
+gives the same sampled tokens and the same log-probs, entropies and gradients within float
+rounding (tests/policies compare them), and with every switch off it is the plain path bit
+for bit. The tiny default runs the plain path, so its recorded runs stay bit-identical;
+pretrained models run the component (``cairn.policies.generation_options``).
+
+``autocast`` (bfloat16 autocast of the decoder; the output head, the adapters and the
+optimizer state stay float32) applies to sampling and scoring alike, so the behaviour
+log-probs of a rollout and the first epoch's scores come from the same precision regime.
+``cpu_has_bf16`` tells whether this CPU runs bfloat16 matrix products natively (AMX or
+AVX512-BF16), where autocast is worth it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["GenerationOptions", "cpu_has_bf16"]
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """The policy's sampling and scoring switches (all off: the plain path).
+
+    ``drop_finished``: generation drops finished rows (and their KV-cache rows) once at
+    least half of the running rows are done; the tokens sampled stay the same (the random
+    draws are those of the full batch), the logits may differ in their last bits.
+    ``share_prefix``: the tokens that all distinct prompts of a ``generate`` call (or all
+    contexts of a ``score`` call) begin with, and then those each group of rows shares, go
+    through the model once (``min_shared_prefix``: shorter shared runs are not worth the
+    extra forward). ``reuse_cache``: generation keeps each row's KV cache until the next
+    call, where a prompt that extends a kept row feeds only its new tokens.
+    ``prefix_block``: with ``share_prefix``, generation runs the prefix all prompts share in
+    blocks of this many tokens and keeps whole blocks until the weights change (0: off).
+    ``bucket_cost``: ``score`` feeds rows in buckets of similar length, one more decoder
+    call counting as this many padding tokens (None: one batch). ``score_chunk``: response
+    positions per chunk of the output head in ``score`` (peak memory ~ score_chunk x V).
+    ``autocast``: the decoder's forward under bfloat16 autocast (module docstring).
+    """
+
+    drop_finished: bool = False
+    share_prefix: bool = False
+    min_shared_prefix: int = 16
+    reuse_cache: bool = False
+    prefix_block: int = 0
+    bucket_cost: int | None = None
+    score_chunk: int = 1024
+    autocast: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("min_shared_prefix", "prefix_block"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"GenerationOptions.{name} must be >= 0, got {getattr(self, name)}"
+                )
+        if self.score_chunk < 1:
+            raise ValueError(f"GenerationOptions.score_chunk must be >= 1, got {self.score_chunk}")
+        if self.bucket_cost is not None and self.bucket_cost < 0:
+            raise ValueError(
+                f"GenerationOptions.bucket_cost must be >= 0 or None, got {self.bucket_cost}"
+            )
+        if self.prefix_block and not self.share_prefix:
+            raise ValueError(
+                "GenerationOptions.prefix_block needs share_prefix=True (it keeps shared blocks)"
+            )
+
+    @property
+    def plain(self) -> bool:
+        """Whether no sharing or caching is on: the plain sampler and scorer serve."""
+        return not (
+            self.drop_finished or self.share_prefix or self.reuse_cache
+            or self.bucket_cost is not None
+        )  # fmt: skip
+
+    def describe(self) -> str:
+        """The switches that differ from the plain path's, as ``name=value`` words."""
+        base = GenerationOptions()
+        changed = [f for f in fields(self) if getattr(self, f.name) != getattr(base, f.name)]
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in changed) or "plain"
+
+
+@lru_cache(maxsize=1)
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively: the ``amx_bf16`` or ``avx512_bf16``
+    flag in /proc/cpuinfo (Linux), else torch's CPU capability (``AVX512_BF16`` /
+    ``AMX``, where this torch reports it)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace").split()
+    except OSError:
+        flags = []
+    if "amx_bf16" in flags or "avx512_bf16" in flags:
+        return True
+    try:
+        import torch
+
+        capability = str(torch.backends.cpu.get_cpu_capability()).upper()
+    except (ImportError, AttributeError, RuntimeError):
+        return False
+    return "AMX" in capability or "BF16" in capability

@@ -1,0 +1,525 @@
+"""How sampling and scoring feed their rows to the model: the plain path and the
+shared-prefix component, one of which a policy is built with (``make_path``).
+
+Both serve the same four calls of ``HFPolicy``:
+
+    prefill(model, rows)        (KV cache or None, ids (U, W), mask): a generate call's
+                                first inputs for its U distinct prompts
+    shrink(...)                 the running batch rows to keep after a decode step (None: all)
+    end(...)                    the call is over (rows kept for the next call)
+    hidden(model, decoder, b)   the decoder's final hidden states (U, W, H) of a score batch
+
+``PlainPath`` feeds every row whole, left-padded, in one batch: the reference the
+tests compare the component against, and the path of the tiny default (its recorded runs
+stay bit-identical). ``SharedPath`` (``GenerationOptions``: ``share_prefix``,
+``drop_finished``, ``reuse_cache``, ``prefix_block``, ``bucket_cost``) runs the tokens
+rows share once, drops finished rows, continues kept caches and scores in buckets of
+similar length; its numbers equal the plain path's within float rounding (a different
+batch shape), its sampled tokens are the same, and with every switch off it is the plain
+path bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from cairn.data.tokens import ScoreInputs, left_pad
+from cairn.policies.kv import KeptCaches, plain_layers, weights_version
+from cairn.policies.modelio import (
+    TokenCount,
+    cache_kwarg,
+    checkpointing,
+    output_cache,
+    positions,
+)
+from cairn.policies.options import GenerationOptions
+
+__all__ = ["KEPT_BLOCK_TOKENS", "PlainPath", "SharedPath", "make_path"]
+
+KEPT_BLOCK_TOKENS = 8192  # at most this many token columns of kept prefix blocks (``prefix_block``)
+
+Past = tuple[Any, torch.Tensor]  # a KV cache and the attention mask of its columns
+
+
+class PlainPath:
+    """Every row whole, left-padded, one batch (the reference; module docstring)."""
+
+    def __init__(
+        self,
+        options: GenerationOptions | None = None,
+        pad_id: int = 0,
+        device: str | torch.device = "cpu",
+        tokens: TokenCount | None = None,
+    ):
+        self.options = options or GenerationOptions()
+        self.pad_id = pad_id
+        self.device = torch.device(device)
+        self.tokens = tokens or TokenCount()
+
+    def prefill(self, model: torch.nn.Module, rows: Sequence[Sequence[int]]) -> tuple:
+        ids, attn = left_pad(rows, self.pad_id)
+        return None, ids, attn
+
+    def shrink(self, live: torch.Tensor, finish: list[str], *state: Any) -> torch.Tensor | None:
+        return None
+
+    def end(self, *state: Any) -> None:
+        return None
+
+    def before_score(self) -> None:
+        return None
+
+    def hidden(
+        self, model: torch.nn.Module, decoder: torch.nn.Module, batch: ScoreInputs
+    ) -> torch.Tensor:
+        contexts = _unpadded(batch.input_ids, batch.attention_mask)
+        out, _ = self.feed(decoder, None, contexts, {}, use_cache=False)
+        hidden = out.last_hidden_state
+        width = max(1, max(map(len, contexts)))
+        return F.pad(hidden, (0, 0, width - hidden.shape[1], 0))
+
+    def feed(
+        self,
+        module: torch.nn.Module,
+        past: Past | None,
+        segs: Sequence[Sequence[int]],
+        kwargs: dict[str, Any],
+        use_cache: bool,
+    ) -> tuple[Any, torch.Tensor]:
+        """``module``'s output for the token rows ``segs``, left-padded, each after the same
+        row of ``past`` (None: from position 0), and the attention mask of all its columns."""
+        ids, seg_attn = left_pad(segs, self.pad_id)
+        ids, seg_attn = ids.to(self.device), seg_attn.to(self.device)
+        cache = None
+        if past is not None:
+            cache, attn = past
+            seg_attn = torch.cat([attn, seg_attn], dim=1)
+        out = module(
+            input_ids=ids,
+            attention_mask=seg_attn,
+            position_ids=positions(seg_attn)[:, seg_attn.shape[1] - ids.shape[1] :],
+            use_cache=use_cache,
+            **({cache_kwarg(module): cache} if cache is not None else {}),  # as generate's
+            **kwargs,
+        )
+        self.tokens.add(sum(map(len, segs)))
+        return out, seg_attn
+
+
+class SharedPath(PlainPath):
+    """The shared-prefix component (module docstring; ``GenerationOptions`` says what each
+    switch does). ``kept``: the last generate call's rows (``reuse_cache``); ``blocks``: the
+    shared prefix's kept blocks (``prefix_block``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.kept = KeptCaches()
+        self.blocks = KeptCaches()
+        self._next: KeptCaches | None = None  # the rows this generate call keeps
+
+    # -- generation ---------------------------------------------------------------------
+    def prefill(self, model: torch.nn.Module, rows: Sequence[Sequence[int]]) -> tuple:
+        """Prompts that extend a row kept from the last call continue its cache
+        (``reuse_cache``); else a prefix shared by every distinct prompt is prefilled once
+        (``share_prefix``)."""
+        reuse = self.options.reuse_cache
+        self._next = KeptCaches(weights_version(model)) if reuse else None
+        resumed = self._resume(rows, self._next.version) if self._next is not None else None
+        return resumed or self.shared_prefix(
+            model, rows, keep=1, blocks=self.kept_blocks(model), logits_to_keep=1
+        )
+
+    def shrink(
+        self,
+        live: torch.Tensor,
+        finish: list[str],
+        cache: Any = None,
+        attn: torch.Tensor | None = None,
+        prompts: Sequence[Sequence[int]] = (),
+        out_ids: Sequence[list[int]] = (),
+        select: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:
+        """With ``drop_finished``, the batch positions of the running rows once at least half
+        of the batch is done (the dropped rows kept first, with ``reuse_cache``)."""
+        keep = _running(live, finish) if self.options.drop_finished else None
+        if keep is not None and self._next is not None:
+            assert attn is not None
+            gone = set(range(len(live))) - set(keep.tolist())
+            _keep_rows(self._next, cache, attn, live, gone, prompts, out_ids, select)
+        return keep
+
+    def end(
+        self,
+        cache: Any,
+        attn: torch.Tensor,
+        live: torch.Tensor,
+        prompts: Sequence[Sequence[int]],
+        out_ids: Sequence[list[int]],
+        select: torch.Tensor | None,
+    ) -> None:
+        """Keep the rows still in the batch for the next call (``reuse_cache``)."""
+        if self._next is not None:
+            _keep_rows(self._next, cache, attn, live, range(len(live)), prompts, out_ids, select)
+            self.kept, self._next = self._next, None
+
+    def before_score(self) -> None:
+        if torch.is_grad_enabled():  # an update follows: the kept caches go stale (and cost memory)
+            self.kept.clear()
+
+    def _resume(self, rows: Sequence[Sequence[int]], version: object) -> tuple | None:
+        """(cache, ids, mask) as ``shared_prefix`` gives them, continuing the rows kept by
+        the last call (``reuse_cache``) that ``rows`` extend; None when none does or the
+        weights have changed since."""
+        if self.kept.version != version:
+            self.kept.clear(version)
+        keys = [self.kept.longest(r) for r in rows]
+        if all(k is None for k in keys):
+            return None
+        cache, past = self.kept.batch(keys, self.device)
+        ids, new = left_pad(
+            [r[len(k or ()) :] for r, k in zip(rows, keys, strict=True)], self.pad_id
+        )
+        return cache, ids, torch.cat([past, new.to(self.device)], dim=1)
+
+    def kept_blocks(self, model: torch.nn.Module) -> KeptCaches | None:
+        """The kept prefix blocks (``prefix_block``) valid for ``model`` as it is now (its
+        identity and weights), or None when off or while gradients are recorded."""
+        if not (self.options.prefix_block and self.options.share_prefix):
+            return None
+        if torch.is_grad_enabled():
+            return None
+        version = (id(model), weights_version(model))
+        if self.blocks.version != version:
+            self.blocks.clear(version)
+        return self.blocks
+
+    # -- scoring ------------------------------------------------------------------------
+    def hidden(
+        self, model: torch.nn.Module, decoder: torch.nn.Module, batch: ScoreInputs
+    ) -> torch.Tensor:
+        """The decoder's final hidden states (U, W, H) of ``batch``'s U contexts, each after
+        the tokens it shares with others (``share_prefix``; gradients reach them through the
+        cache rows, summed over the contexts that attend to them), left-padded to W.
+
+        With ``bucket_cost``, every stage and then the contexts' own tokens run in buckets
+        of similar length (``_partition``); their outputs are left-padded to W again, where
+        nothing reads the padding.
+        """
+        cost = self.options.bucket_cost
+        shares = self.options.share_prefix and not checkpointing(model)
+        contexts = _unpadded(batch.input_ids, batch.attention_mask)
+        keep = _scored_tails(batch) if shares else [len(c) for c in contexts]  # all: no stage
+        staged = self._staged(decoder, contexts, keep, None, cost, {})
+        tails = staged.tails(contexts)
+        width = max(1, max(map(len, tails)))
+        where = [staged.where[g] for g in staged.group]
+        parts, order = [], []
+        for us, after in self._batches(staged.pasts, where, list(map(len, tails)), cost):
+            out, _ = self.feed(decoder, after, [tails[u] for u in us], {}, after is not None)
+            hidden = out.last_hidden_state
+            parts.append(F.pad(hidden, (0, 0, width - hidden.shape[1], 0)))
+            order += us
+        hidden = torch.cat(parts)
+        if order != sorted(order):
+            hidden = hidden[torch.tensor(order, device=self.device).argsort()]
+        return hidden
+
+    # -- the shared prefix --------------------------------------------------------------
+    def shared_prefix(
+        self,
+        module: torch.nn.Module,
+        rows: Sequence[Sequence[int]],
+        keep: int | Sequence[int],
+        blocks: KeptCaches | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """(KV cache or None, ids (U, W), attention mask (U, C + W)) to feed ``module`` (the
+        model or its decoder; ``kwargs`` go to its forward) for the U token rows ``rows``,
+        of which the last ``keep`` tokens (one count, or one per row) must be fed last.
+
+        With ``share_prefix``, the tokens rows share go through ``module`` once per group
+        of rows that share them, in the stages ``prefix_stages`` plans (``_staged``), and
+        ``ids`` are the rows' remaining tokens, left-padded after the last stage's cache;
+        the mask covers every stage's columns, padding included (the positions follow the
+        mask). Attention to the shared keys is what the full forward computes, so only
+        float rounding differs. Otherwise: no cache, the whole rows left-padded.
+        """
+        keeps = [keep] * len(rows) if isinstance(keep, int) else list(keep)
+        staged = self._staged(module, rows, keeps, blocks, None, kwargs)
+        ids, rest = left_pad(staged.tails(rows), self.pad_id)
+        past = staged.pasts[0]
+        if past is None:
+            return None, ids, rest
+        cache, attn = self._rows(past, [staged.where[g][1] for g in staged.group])
+        return cache, ids, torch.cat([attn, rest.to(self.device)], dim=1)
+
+    def _staged(
+        self,
+        module: torch.nn.Module,
+        rows: Sequence[Sequence[int]],
+        keeps: Sequence[int],
+        blocks: KeptCaches | None,
+        cost: int | None,
+        kwargs: dict[str, Any],
+    ) -> _Staged:
+        """Run the stages ``prefix_stages`` plans for ``rows`` (``keeps``: their last tokens
+        to feed last) through ``module``: first the prefix every row begins with, as one row;
+        then each group of rows that agree on all they may share (a GRPO group's prompt), as
+        one row after it.
+
+        ``cost`` (``bucket_cost``): a stage's rows run in buckets of similar length
+        (``_batches``), each after its parents' rows of the cache that made them, so little
+        padding is fed; None: one batch per stage, whose cache the next stage's rows repeat.
+        ``blocks`` (generation, ``prefix_block``): the prefix of all rows runs in whole
+        blocks, each kept there or taken from there (``_blocked_prefix``), then its rest.
+        """
+        staged = _Staged(pasts=[None], where=[(0, 0)], group=[0] * len(rows), cut=[0])
+        for new_group, new_cut in self.prefix_stages(rows, keeps, single=blocks is not None):
+            reps = _representatives(new_group)
+            old = staged
+            segs = [rows[r][old.cut[old.group[r]] : new_cut[g]] for g, r in enumerate(reps)]
+            parent = [old.where[old.group[r]] for r in reps]
+            staged = _Staged(pasts=[], where=[(0, 0)] * len(reps), group=new_group, cut=new_cut)
+            if old.pasts == [None] and blocks is not None and len(reps) == 1:  # all rows' prefix
+                staged.pasts.append(self._blocked_prefix(module, segs[0], blocks, kwargs))
+                continue
+            for gs, after in self._batches(old.pasts, parent, list(map(len, segs)), cost):
+                staged.pasts.append(self._extend(module, after, [segs[g] for g in gs], kwargs))
+                for j, g in enumerate(gs):
+                    staged.where[g] = (len(staged.pasts) - 1, j)
+        return staged
+
+    def _extend(
+        self,
+        module: torch.nn.Module,
+        past: Past | None,
+        segs: list[Sequence[int]],
+        kwargs: dict[str, Any],
+    ) -> Past:
+        """Run the token rows ``segs`` through ``module``, each after the same row of
+        ``past`` (None: from position 0): the extended cache and its attention mask."""
+        out, attn = self.feed(module, past, segs, kwargs, use_cache=True)
+        return output_cache(out), attn
+
+    def _rows(self, past: Past, index: list[int], alone: bool = True) -> Past:
+        """Rows ``index`` of ``past``. ``alone``: nothing else continues ``past``, whose cache
+        is reordered in place (the next forward appends to it); else a new cache of plain
+        layers (``_batches`` keeps others alone), so that ``past`` stays as it is and
+        gradients flow back to it."""
+        cache, attn = past
+        if alone and index == list(range(attn.shape[0])):
+            return past
+        at = torch.tensor(index, device=self.device)
+        if alone:
+            cache.reorder_cache(at)
+            return cache, attn[at]
+        from transformers import DynamicCache
+
+        layers = plain_layers(cache)
+        assert layers is not None, "only plain caches are continued by several batches"
+        rows = DynamicCache()
+        for i, layer in enumerate(layers):
+            rows.update(layer.keys.index_select(0, at), layer.values.index_select(0, at), i)
+        return rows, attn[at]
+
+    def _batches(
+        self,
+        pasts: list[Past | None],
+        where: Sequence[tuple[int, int]],
+        lengths: Sequence[int],
+        cost: int | None,
+    ) -> Iterator[tuple[list[int], Past | None]]:
+        """The batches that feed items of ``lengths`` tokens, each item after row
+        ``where[i] = (p, j)`` of ``pasts[p]``: (the items, their parents' cache rows, None
+        from position 0). The items after one cache are split by ``_partition`` with
+        ``cost`` (``bucket_cost``), or kept in one batch (``cost`` None, or a cache that can
+        only be reordered in place)."""
+        for p, members in _by_past(where).items():
+            past = pasts[p]
+            if cost is None or (past is not None and plain_layers(past[0]) is None):
+                buckets = [list(range(len(members)))]
+            else:
+                buckets = _partition([lengths[i] for i in members], cost)
+            for bucket in buckets:
+                items = [members[i] for i in bucket]
+                index = [where[i][1] for i in items]
+                yield items, None if past is None else self._rows(past, index, len(buckets) == 1)
+
+    def _blocked_prefix(
+        self,
+        module: torch.nn.Module,
+        seg: Sequence[int],
+        blocks: KeptCaches,
+        kwargs: dict[str, Any],
+    ) -> Past:
+        """(cache, mask) of the one row ``seg`` (from position 0): its longest run of whole
+        ``prefix_block``-token blocks found in ``blocks``, then each further whole block,
+        kept there, then the rest."""
+        size = self.options.prefix_block
+        ends = range(size, len(seg) + 1, size)  # where each whole block ends
+        done = max((n for n in ends if tuple(seg[:n]) in blocks.rows), default=0)
+        past = blocks.batch([tuple(seg[:done])], self.device) if done else None
+        for n in range(done + size, len(seg) + 1, size):
+            past = self._extend(module, past, [seg[n - size : n]], kwargs)
+            if sum(map(len, blocks.rows)) + n > KEPT_BLOCK_TOKENS:
+                blocks.clear(blocks.version)  # bounded memory: start over
+            blocks.keep(past[0], past[1], 0, seg[:n])
+        rest = seg[len(seg) - len(seg) % size :]
+        if rest:
+            past = self._extend(module, past, [rest], kwargs)
+        assert past is not None  # seg is not empty
+        return past
+
+    def prefix_stages(
+        self, rows: Sequence[Sequence[int]], keep: Sequence[int], single: bool = False
+    ) -> list[tuple[list[int], list[int]]]:
+        """The stages ``shared_prefix`` runs before the rows' own tokens, each as (the group
+        of every row, the tokens each group's rows share, counted from position 0): first
+        the prefix of all U rows, then the groups of rows whose shareable parts (all but
+        their last ``keep`` tokens) are equal. A stage runs only when it saves at least
+        ``min_shared_prefix`` tokens; none without ``share_prefix`` or under 2 rows
+        (``single``: 1 row has the first stage too, to use kept blocks).
+        """
+        least = self.options.min_shared_prefix
+        if not self.options.share_prefix or len(rows) < (1 if single else 2):
+            return []
+        limits = [max(0, len(r) - k) for r, k in zip(rows, keep, strict=True)]
+        stages = []
+        everyone = min(_common_prefix(rows), min(limits))
+        if everyone >= least:
+            stages.append(([0] * len(rows), [everyone]))
+        else:
+            everyone = 0
+        index: dict[tuple[int, ...], int] = {}
+        group = [
+            index.setdefault(tuple(r[:n]), len(index)) for r, n in zip(rows, limits, strict=True)
+        ]
+        cut = [len(k) for k in index]
+        saved = sum(limits) - sum(cut) - everyone * (len(rows) - len(cut))
+        if saved >= least:
+            stages.append((group, cut))
+        return stages
+
+
+def make_path(
+    options: GenerationOptions, pad_id: int, device: torch.device, tokens: TokenCount
+) -> PlainPath:
+    """The plain path when no sharing or caching is on, else the shared-prefix component."""
+    cls = PlainPath if options.plain else SharedPath
+    return cls(options, pad_id, device, tokens)
+
+
+def _running(live: torch.Tensor, finish: list[str]) -> torch.Tensor | None:
+    """Batch positions of the running rows when at least half of the batch is done (and
+    some row still runs), else None (keep the batch as it is)."""
+    running = [j for j, i in enumerate(live.tolist()) if not finish[i]]
+    if not running or 2 * len(running) > len(live):
+        return None
+    return torch.tensor(running, dtype=torch.long)
+
+
+def _keep_rows(
+    kept: KeptCaches,
+    cache: Any,
+    attn: torch.Tensor,
+    live: torch.Tensor,
+    batch_rows: Any,
+    prompts: Sequence[Sequence[int]],
+    out_ids: Sequence[list[int]],
+    select: torch.Tensor | None,
+) -> None:
+    """Keep rows ``batch_rows`` of the generation batch (output rows ``live``) in ``kept``:
+    each holds its prompt and every sampled token but the last (never fed). ``select``:
+    before the first expansion, output row i is cache row select[i]."""
+    for j in batch_rows:
+        i = int(live[j])
+        if out_ids[i]:  # a row that sampled nothing fed nothing after its prompt
+            row = int(select[i]) if select is not None else j
+            kept.keep(cache, attn, row, [*prompts[i], *out_ids[i][:-1]])
+
+
+def _representatives(group: Sequence[int]) -> list[int]:
+    """The first row of each group 0..K-1 of ``group`` (row -> group)."""
+    first: dict[int, int] = {}
+    for row, g in enumerate(group):
+        first.setdefault(g, row)
+    return [first[g] for g in range(len(first))]
+
+
+@dataclass
+class _Staged:
+    """The prefix stages run so far (``SharedPath._staged``): ``pasts``, the (cache, mask)
+    of each batch the last stage ran (``[None]`` before any); ``where``, per group of that
+    stage, its batch in ``pasts`` and its row there; ``group`` (row -> group) and ``cut``
+    (per group: its tokens fed, from position 0)."""
+
+    pasts: list[Past | None]
+    where: list[tuple[int, int]]
+    group: list[int]
+    cut: list[int]
+
+    def tails(self, rows: Sequence[Sequence[int]]) -> list[Sequence[int]]:
+        """Each row's tokens after its group's stages."""
+        return [r[self.cut[g] :] for r, g in zip(rows, self.group, strict=True)]
+
+
+def _by_past(where: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    """The indices of ``where`` ((batch, row) pairs) by batch, batches in order."""
+    out: dict[int, list[int]] = {}
+    for i, (p, _) in enumerate(where):
+        out.setdefault(p, []).append(i)
+    return dict(sorted(out.items()))
+
+
+def _partition(lengths: Sequence[int], cost: int) -> list[list[int]]:
+    """The indices of ``lengths`` in buckets, longest rows first, that minimise the tokens
+    fed when each bucket is left-padded to its longest row, plus ``cost`` tokens per bucket
+    (what one more forward call is worth). Optimal among all partitions: some optimal one
+    cuts the longest-first order into runs (swapping a shorter row into a bucket with a
+    longer head never adds padding), and dynamic programming finds the best runs."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    best = [0] + [0] * len(order)  # best[k]: the cost of the first k rows of ``order``
+    start = [0] * (len(order) + 1)  # where the last run of that best partition starts
+    for end in range(1, len(order) + 1):
+        costs = [best[k] + (end - k) * lengths[order[k]] + cost for k in range(end)]
+        start[end] = min(range(end), key=costs.__getitem__)
+        best[end] = costs[start[end]]
+    runs: list[list[int]] = []
+    end = len(order)
+    while end:
+        runs.insert(0, order[start[end] : end])
+        end = start[end]
+    return runs
+
+
+def _scored_tails(batch: ScoreInputs) -> list[int]:
+    """Per context of ``batch``, how many of its last positions give scored log-probs: the
+    widest of its rows' spans from the first scored action column to the end (at least 1)."""
+    mask = batch.action_mask
+    width = mask.shape[1]
+    first = torch.where(mask.any(1), mask.int().argmax(1), width)  # (B,) first scored column
+    tails = torch.ones(batch.input_ids.shape[0], dtype=torch.long)
+    tails.scatter_reduce_(0, batch.context.cpu(), (width - first).cpu(), reduce="amax")
+    return tails.tolist()
+
+
+def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix all ``rows`` share: that of the lexicographically
+    smallest and largest (rows between them share at least as much)."""
+    keys = [tuple(r) for r in rows]
+    low, high = min(keys), max(keys)
+    for k, (a, b) in enumerate(zip(low, high, strict=False)):
+        if a != b:
+            return k
+    return min(len(low), len(high))
+
+
+def _unpadded(ids: torch.Tensor, attn: torch.Tensor) -> list[list[int]]:
+    """The token rows of left-padded ``ids`` (U, L), without their padding."""
+    lengths = attn.sum(-1).tolist()
+    return [row[len(row) - n :] for row, n in zip(ids.tolist(), lengths, strict=True)]

@@ -25,6 +25,7 @@ from cairn.agent import TEMPLATE_WORDS, format_completion
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation, HFPolicy
 from cairn.policies.lora import LoraSpec, apply_lora, load_adapters
+from cairn.policies.modelio import save_pretrained
 from cairn.policies.options import GenerationOptions, cpu_has_bf16
 from cairn.policies.remote import NO_REMOTE_CODE, check_no_remote_code
 from cairn.policies.smol import alias_dir, is_alias
@@ -108,7 +109,7 @@ def save_model_dir(policy: HFPolicy, folder: Path) -> Path:
     """Write ``policy`` as a Hugging Face model directory (config, safetensors weights,
     tokenizer files with its chat template): what ``model.path`` loads, like any model."""
     folder = Path(folder)
-    policy.model.save_pretrained(folder, safe_serialization=True)
+    save_pretrained(policy.model, folder, safe_serialization=True)
     policy.tokenizer.save_pretrained(folder)
     return folder
 
@@ -169,7 +170,7 @@ def build_policy(
         tokenizer.pad_token = tokenizer.eos_token
     if getattr(cfg, "gradient_checkpointing", False):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if adapters:
+    if adapters and checkpoint is not None:  # adapters implies a checkpoint
         with _offline(True):
             model = load_adapters(model, checkpoint)
     elif getattr(cfg, "lora", None) is not None:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
-from transformers import AutoModel, PretrainedConfig
+from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 
 from cairn.advantages.episodes import Episodes
 from cairn.data.episode import Episode
@@ -36,7 +36,7 @@ __all__ = ["Critic", "CriticLearner", "value_loss"]
 class Critic(torch.nn.Module):
     """``values(prompts) -> (B,)``: V of each prompt's state."""
 
-    def __init__(self, backbone: torch.nn.Module, pad_id: int):
+    def __init__(self, backbone: PreTrainedModel, pad_id: int):
         super().__init__()
         self.backbone = backbone
         self.head = torch.nn.Linear(backbone.config.hidden_size, 1)

@@ -37,7 +37,8 @@ __all__ = [
 
 
 class Engine(Protocol):
-    policy: HFPolicy
+    @property
+    def policy(self) -> HFPolicy: ...  # read-only: an engine may hold a subclass (VLLMPolicy)
 
     def after_rollout(self, episodes: Sequence[Episode]) -> dict[str, float]: ...
 

@@ -16,19 +16,21 @@ the weights. A full fine-tune keeps a frozen deep copy instead (``reference_mode
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
 
 __all__ = [
+    "AdaptedModel",
     "AdapterDisabled",
     "LoraSpec",
     "apply_lora",
+    "as_adapted",
     "has_adapters",
     "load_adapters",
     "merged_state_dict",
@@ -78,9 +80,50 @@ def _peft():
     return peft
 
 
+class _RankedConfig(Protocol):
+    r: int  # a LoRA adapter's rank (peft ``LoraConfig.r``)
+
+
+class AdaptedModel(Protocol):
+    """What cairn uses of a peft model carrying adapters (``has_adapters``): peft types
+    these on ``PeftModel`` and its tuner, which ``PeftModel`` forwards to by attribute."""
+
+    peft_config: Mapping[str, _RankedConfig]
+    training: bool
+
+    @property
+    def config(self) -> Any: ...  # the base model's config (PretrainedConfig or a subclass)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def disable_adapter(self) -> AbstractContextManager[Any]: ...
+
+    def merge_adapter(self) -> None: ...
+
+    def unmerge_adapter(self) -> None: ...
+
+    def get_base_model(self) -> torch.nn.Module: ...
+
+    def merge_and_unload(self) -> torch.nn.Module: ...
+
+    def unload(self) -> torch.nn.Module: ...
+
+
 def has_adapters(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a peft model carrying adapters."""
     return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def as_adapted(model: torch.nn.Module) -> AdaptedModel:
+    """``model`` seen as the peft model it is (``AdaptedModel``); a one-line ValueError
+    when it carries no adapters (``has_adapters``)."""
+    if not has_adapters(model):
+        raise ValueError(f"{type(model).__name__} has no adapters")
+    return cast(AdaptedModel, model)  # peft's PeftModel, found by its attributes just above
 
 
 def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
@@ -123,11 +166,13 @@ class AdapterDisabled(torch.nn.Module):
     or state of its own (``state_dict()`` is empty) and never drifts from the base weights.
     """
 
+    _adapted: AdaptedModel  # set with object.__setattr__: not registered as a submodule
+
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         if not has_adapters(model):
             raise ValueError(f"{type(model).__name__} has no adapters to disable")
-        object.__setattr__(self, "_adapted", model)
+        object.__setattr__(self, "_adapted", as_adapted(model))
 
     @property
     def config(self) -> Any:
@@ -171,7 +216,7 @@ def reference_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @contextmanager
-def _merged(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+def _merged(model: AdaptedModel) -> Iterator[torch.nn.Module]:
     model.merge_adapter()
     try:
         yield model.get_base_model()
@@ -193,7 +238,7 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """
     if not has_adapters(model):
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
-    with _merged(model) as base:
+    with _merged(as_adapted(model)) as base:
         return {
             _plain_name(k): v.detach().clone()
             for k, v in base.state_dict().items()
@@ -207,4 +252,5 @@ def plain_model(model: torch.nn.Module, merge: bool = True) -> torch.nn.Module:
     clone = copy.deepcopy(model)
     if not has_adapters(clone):
         return clone
-    return clone.merge_and_unload() if merge else clone.unload()
+    adapted = as_adapted(clone)
+    return adapted.merge_and_unload() if merge else adapted.unload()

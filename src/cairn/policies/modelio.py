@@ -6,11 +6,20 @@ the positions of left-padded rows. Shared by ``hf`` (the sampler and scorer) and
 from __future__ import annotations
 
 from inspect import signature
-from typing import Any
+from os import PathLike
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["TokenCount", "cache_kwarg", "checkpointing", "decoder_and_head", "positions"]
+__all__ = [
+    "SavesPretrained",
+    "TokenCount",
+    "cache_kwarg",
+    "checkpointing",
+    "decoder_and_head",
+    "positions",
+    "save_pretrained",
+]
 
 
 class TokenCount:
@@ -87,3 +96,19 @@ def decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.
     if any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS):
         return None
     return decoder, head
+
+
+@runtime_checkable
+class SavesPretrained(Protocol):
+    """A model that writes itself as a folder: a transformers ``PreTrainedModel`` or a peft
+    ``PeftModel`` (adapters only)."""
+
+    def save_pretrained(self, save_directory: str | PathLike[str], **kwargs: Any) -> Any: ...
+
+
+def save_pretrained(model: torch.nn.Module, folder: str | PathLike[str], **kwargs: Any) -> None:
+    """``model.save_pretrained(folder, **kwargs)``; a one-line TypeError naming the model's
+    type when it has no ``save_pretrained`` (a plain ``torch.nn.Module``)."""
+    if not isinstance(model, SavesPretrained):
+        raise TypeError(f"{type(model).__name__} has no save_pretrained: it cannot be saved")
+    model.save_pretrained(folder, **kwargs)

@@ -82,7 +82,7 @@ def gguf_path(alias: str) -> Path:
     missing = [spec.distribution] if found is None else []
     if importlib.util.find_spec("gguf") is None:
         missing.append("gguf")
-    if missing:
+    if missing or found is None:
         raise ImportError(
             f"model.path {alias!r} needs the package(s) {', '.join(missing)}: {INSTALL_HINT}"
         )

@@ -6,6 +6,8 @@ vocabulary comes from a tokenizer built locally (`cairn.policies.tokenizer`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, PretrainedConfig, Qwen2Config
 
@@ -25,7 +27,7 @@ def tiny_config(
     max_positions: int = 1024,
     pad_token_id: int = 0,
     eos_token_id: int = 2,
-    attn_implementation: str = "eager",
+    attn_implementation: str | None = "eager",
 ) -> PretrainedConfig:
     """A small decoder config; ~90k parameters at the defaults with a 100-word vocabulary."""
     if arch not in ARCHITECTURES:
@@ -33,6 +35,10 @@ def tiny_config(
     if hidden_size % heads:
         raise ValueError(f"hidden_size {hidden_size} is not divisible by heads {heads}")
     cls = LlamaConfig if arch == "llama" else Qwen2Config
+    # attn_implementation (None: transformers picks) is no field of the config dataclasses:
+    # their __init__ takes it among the extra keywords at run time, which its typed signature
+    # does not list; passed apart so that every field keyword above stays checked.
+    extra: dict[str, Any] = {"attn_implementation": attn_implementation}  # eager: fastest on CPU
     return cls(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -45,7 +51,7 @@ def tiny_config(
         pad_token_id=pad_token_id,
         eos_token_id=eos_token_id,
         bos_token_id=None,
-        attn_implementation=attn_implementation,  # eager: fastest for short CPU sequences
+        **extra,
     )
 
 

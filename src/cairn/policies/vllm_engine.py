@@ -44,7 +44,8 @@ import torch
 from cairn.data.episode import Episode, Step
 from cairn.data.tokens import Minibatch, collate_scoring, right_align
 from cairn.policies.hf import Generation, HFPolicy
-from cairn.policies.lora import has_adapters, merged_state_dict, plain_model
+from cairn.policies.lora import as_adapted, has_adapters, merged_state_dict, plain_model
+from cairn.policies.modelio import save_pretrained
 
 __all__ = [
     "VLLMEngine",
@@ -313,7 +314,7 @@ class VLLMEngine:
         )
         model_dir = self.dir / "vllm_model"
         self._save_plain(policy, model_dir, merge=self.sync_mode == "merged")
-        rank = model.peft_config["default"].r if self.sync_mode == "adapter" else None
+        rank = as_adapted(model).peft_config["default"].r if self.sync_mode == "adapter" else None
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.policy = VLLMPolicy(policy, build_llm(model_dir, options, rank, dtype))
         self.version = 0
@@ -324,7 +325,7 @@ class VLLMEngine:
     @staticmethod
     def _save_plain(policy: HFPolicy, folder: Path, merge: bool) -> None:
         shutil.rmtree(folder, ignore_errors=True)
-        plain_model(policy.model, merge=merge).save_pretrained(folder, safe_serialization=True)
+        save_pretrained(plain_model(policy.model, merge=merge), folder, safe_serialization=True)
         policy.tokenizer.save_pretrained(folder)
 
     # -- hooks -------------------------------------------------------------------------------
@@ -366,7 +367,7 @@ class VLLMEngine:
         llm, model = self.policy.llm, self.policy.model
         if self.sync_mode == "adapter":
             folder = self.dir / "vllm_adapters" / f"v{self.version:06d}"
-            model.save_pretrained(folder)
+            save_pretrained(model, folder)
             self.policy.lora_request = _lora_request(f"cairn-v{self.version}", self.version, folder)
             shutil.rmtree(
                 self.dir / "vllm_adapters" / f"v{self.version - 2:06d}", ignore_errors=True

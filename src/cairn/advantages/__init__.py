@@ -11,7 +11,9 @@ module. Unknown names, unknown options and bad option values raise ValueError sa
 is allowed; ``validate_options`` checks a config without running anything; ``options_of``
 gives the defaults; ``parts_of`` the names of the components ``estimate_parts`` returns;
 ``compute`` is what both trainers (cairn's and verl's) call: the configured estimator, then
-the configured whitening (``_compute``).
+the configured whitening (``_compute``). The option checks ``register(name, checks=...)``
+takes are built with ``real``, ``choice``, ``flag``, ``matrix_or_none`` (or ``Check``
+itself); ``DISCOUNT``, ``NORM`` and ``WEIGHT`` are the common ones.
 Shared primitives: ``segments`` (segment maths), ``episodes`` (``Episodes``), ``trees``.
 """
 
@@ -20,11 +22,19 @@ import pkgutil
 
 from cairn.advantages._compute import compute
 from cairn.advantages._registry import (
+    DISCOUNT,
+    NORM,
+    WEIGHT,
+    Check,
     available,
+    choice,
     estimate,
     estimate_parts,
+    flag,
+    matrix_or_none,
     options_of,
     parts_of,
+    real,
     register,
     register_parts,
     validate_options,
@@ -38,13 +48,21 @@ for _module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
+    "DISCOUNT",
     "EPS",
+    "NORM",
+    "WEIGHT",
+    "Check",
     "available",
+    "choice",
     "compute",
     "estimate",
     "estimate_parts",
+    "flag",
+    "matrix_or_none",
     "options_of",
     "parts_of",
+    "real",
     "register",
     "register_parts",
     "validate_options",

@@ -67,6 +67,9 @@ the progress line, one per iteration:
   it    iteration             ep    episodes sampled so far
   succ  rollout success rate  ret   mean episode return (env reward - penalty + shaped)
   inv   share of invalid actions (unparsable, or refused by the env)
+  blind  share of task-blind episodes (the env's own test: a repeated or no-op move,
+         the example's answer copied, an expression that ignores the target)
+  lvl   curriculum level (0: the easiest; curriculum.name set)
   ent   policy entropy per action token     kl    KL to the reference policy
   clip  share of tokens clipped by PPO      s/it  seconds of the iteration
   eval  greedy success on held-out tasks    last: the budget used (s/time_budget_s, or it)

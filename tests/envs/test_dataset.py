@@ -145,9 +145,12 @@ def test_clear_errors(user: Path, options: dict, message: str) -> None:
 def test_a_bad_reward_function_is_a_one_line_config_error(user: Path, capsys) -> None:
     from cairn.cli import main
 
-    rc = main(["config", "dataset_grpo", "--set", f"env.options.path={user}",
-               "--set", "env.options.reward=my_rewards:two"])  # fmt: skip
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.strip()]
+    # `cairn train` runs the preflight before any work (`cairn config` only prints data)
+    rc = main(["train", "dataset_grpo", "--set", f"env.options.path={user}",
+               "--set", "env.options.reward=my_rewards:two",
+               "--set", f"out_dir={user.parent / 'runs'}"])  # fmt: skip
+    out = capsys.readouterr()
+    lines = [x for x in (out.out + out.err).splitlines() if x.strip()]
     assert rc == 2 and len(lines) == 1, lines
     assert "returned 2 values for 1 completion" in lines[0]
 

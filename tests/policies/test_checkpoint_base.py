@@ -82,7 +82,7 @@ def test_a_pickle_base_is_refused_in_one_line(tmp_path, parts):
 
 def test_a_hub_name_base_is_never_downloaded(parts, no_network):
     env, _, _, ckpt = parts
-    cfg = load_config(None, ["model.path=cairn-tests/no-such-model", LORA]).model
+    cfg = load_config(None, ["model.path=cairn-tests/no-such-model", LORA], check=False).model
     # Old code asked the hub for it (DNS lookups, then a traceback without network).
     with pytest.raises(ValueError, match="never downloaded nor unpickled"):
         build_policy(cfg, env, env.instruction, 0, ckpt)
@@ -90,7 +90,7 @@ def test_a_hub_name_base_is_never_downloaded(parts, no_network):
 
 
 def test_cairn_eval_of_a_lora_run_with_a_hub_base_makes_no_request(
-    tmp_path, parts, no_network, capsys
+    tmp_path, parts, no_network, capsys, monkeypatch
 ):
     import shutil
 
@@ -99,9 +99,16 @@ def test_cairn_eval_of_a_lora_run_with_a_hub_base_makes_no_request(
     _, _, _, ckpt = parts
     run = tmp_path / "run"
     shutil.copytree(ckpt.parent.parent, run)
-    config = load_config(None, ["model.path=cairn-tests/no-such-model", LORA, "eval.episodes=2"])
+    config = load_config(
+        None, ["model.path=cairn-tests/no-such-model", LORA, "eval.episodes=2"], check=False
+    )
     (run / "config.yaml").write_text(yaml.safe_dump(config.model_dump()))
+    # offline as the user says it (HF_HUB_OFFLINE): the preflight makes no reachability probe
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["eval", str(run)]) != 0
     out = capsys.readouterr().out
-    assert "never downloaded nor unpickled" in out and "Traceback" not in out
+    # the preflight answers first now: the hub id is not cached and the hub is off (before
+    # it, the loader refused the hub base: "never downloaded nor unpickled")
+    assert "not in the local Hugging Face cache" in out and "Traceback" not in out
+    assert len(out.strip().splitlines()) == 1
     assert no_network == []

@@ -16,7 +16,7 @@ import difflib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -100,6 +100,20 @@ def run_name_problem(name: str) -> str | None:
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    #: Keys added after runs were recorded, left out of the dump while at their default: a
+    #: config that does not set them dumps (and hashes, ``runconfig.config_sha256``) as it
+    #: did before they existed, so runs made then resume.
+    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self._OMIT_AT_DEFAULT:
+            field = type(self).model_fields[key]
+            if getattr(self, key) == field.get_default(call_default_factory=True):
+                data.pop(key, None)
+        return data
+
 
 #: The demo's env and its options (what ``cairn train`` with no config runs). Another env
 #: named without options gets its own constructor's defaults, never these.
@@ -137,6 +151,7 @@ class LoraSection(_Section):
 
 
 class ModelConfig(_Section):
+    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("autocast",)
     path: str | None = Field(
         None,
         description="Local Hugging Face model directory, hub name or embedded model "
@@ -181,15 +196,6 @@ class ModelConfig(_Section):
     def _autocast_off(cls, v: Any) -> Any:
         return "off" if v is False else v  # YAML reads a bare ``off`` as false
 
-    @model_serializer(mode="wrap")
-    def _without_default_autocast(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """``autocast`` is left out while ``auto``: a config that does not set it dumps (and
-        hashes, ``cairn.train.runconfig.config_sha256``) as before the key existed, so runs
-        made then resume."""
-        data: dict[str, Any] = handler(self)
-        if self.autocast == "auto":
-            data.pop("autocast", None)
-        return data
 
 
 #: Keys of ``model`` that only the tiny default reads (its architecture, local tokenizer and
@@ -200,6 +206,7 @@ TINY_MODEL_KEYS = (
 
 
 class AgentConfig(_Section):
+    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("no_progress_penalty",)
     instruction: str | None = Field(
         None, description="Task instruction at the top of the prompt; null uses the env's."
     )
@@ -500,6 +507,7 @@ class CurriculumConfig(_Section):
 
 
 class Config(_Section):
+    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("imports", "curriculum")
     name: str = Field(
         "sokoban_gigpo", description="Run name prefix: one folder name (no '/', '\\' or "
         "'..'), printable, no '[' or ']', at most 128 characters."
@@ -587,15 +595,6 @@ class Config(_Section):
         self.exploration.check_old_keys(self.rollout.strategy)
         return self
 
-    @model_serializer(mode="wrap")
-    def _without_empty_imports(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """``imports`` is left out while empty: a config without plugins dumps (and hashes,
-        ``cairn.train.runconfig.config_sha256``) as it did before the key existed, so runs
-        made then resume."""
-        data: dict[str, Any] = handler(self)
-        if not self.imports:
-            data.pop("imports", None)
-        return data
 
     def rollout_strategy(self) -> tuple[str, dict[str, Any]]:
         """(name, options) of the rollout strategy this config samples with: ``rollout``'s,

@@ -197,7 +197,6 @@ class ModelConfig(_Section):
         return "off" if v is False else v  # YAML reads a bare ``off`` as false
 
 
-
 #: Keys of ``model`` that only the tiny default reads (its architecture, local tokenizer and
 #: vocabulary): ignored with ``model.path`` (``cairn config`` leaves them out there).
 TINY_MODEL_KEYS = (
@@ -594,7 +593,6 @@ class Config(_Section):
             )
         self.exploration.check_old_keys(self.rollout.strategy)
         return self
-
 
     def rollout_strategy(self) -> tuple[str, dict[str, Any]]:
         """(name, options) of the rollout strategy this config samples with: ``rollout``'s,

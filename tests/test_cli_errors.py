@@ -114,3 +114,19 @@ def test_options_are_checked_when_the_config_loads(override, needle):
     with pytest.raises(ConfigError, match=needle) as err:
         load_config(None, [override])
     assert "\n" not in str(err.value)  # one problem, one line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_config_that_is_no_regular_file_is_one_line_not_a_hang(tmp_path, capsys, kind):
+    import os
+
+    path = tmp_path / "config.yaml"
+    if kind == "fifo":  # before: "does not exist", and a read would have blocked
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    assert main(["train", str(path), *_sets(f"out_dir={tmp_path / 'runs'}")]) == 2
+    out = capsys.readouterr()
+    lines = [x for x in (out.out + out.err).splitlines() if x.strip()]
+    assert len(lines) == 1 and "not a regular file" in lines[0], lines
+    assert not (tmp_path / "runs").exists()

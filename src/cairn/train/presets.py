@@ -8,6 +8,7 @@ so an installed wheel needs nothing from the repository or the working directory
 from __future__ import annotations
 
 import difflib
+import errno
 import re
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -54,10 +55,13 @@ def resolve_config(spec: str | Path) -> Path | str:
     """A config argument as something to read: an existing file stays a path; a preset name
     (``sokoban_grpo``, ``sokoban_grpo.yaml``, or ``configs/sokoban_grpo.yaml`` where that file
     is absent, as outside the repository) becomes the preset's YAML text. Otherwise
-    FileNotFoundError, one line listing the presets."""
+    FileNotFoundError, one line listing the presets; an OSError for a path that exists but
+    is no regular file."""
     path = Path(spec)
     if path.is_file():
         return path
+    if path.exists():  # a folder, FIFO or device: reading a FIFO would block forever
+        raise OSError(errno.EINVAL, "not a regular file (a folder, FIFO or device)")
     name = path.name.removesuffix(_SUFFIX)
     by_name = path.parent == Path(".") or path.parent.name == "configs"
     if by_name and name in available_presets():

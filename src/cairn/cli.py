@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from cairn.train.config import Config
     from cairn.train.trainer import Trainer
 
-if TYPE_CHECKING:
-    from cairn.train.config import Config
-    from cairn.train.trainer import Trainer
-
 __all__ = ["main"]
 
 # Start-up: `cairn --version`, `presets`, `config`, `--help` and a config error answer in well

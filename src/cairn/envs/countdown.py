@@ -63,7 +63,6 @@ from cairn.envs._common import (
     EpisodeClock,
     check_choice,
     check_float,
-    check_int,
     check_int_range,
     fresh_seed,
 )
@@ -337,7 +336,7 @@ class Countdown(TextEnv):
                 f"format_reward {format_reward} + closeness_reward {closeness_reward} must "
                 "stay below 1, the reward of a correct answer"
             )
-        self._clock = EpisodeClock("countdown", check_int("max_steps", max_steps, 1))
+        self._clock = EpisodeClock("countdown", max_steps)
         self.render = check_choice("render", render, _RENDERS)
         if self.render == "text":
             self.example_observation = "Numbers: 1, 2, 3. Target: 9."

@@ -106,7 +106,7 @@ class FrozenLake(TextEnv):
         self.is_slippery = is_slippery
         self.render = check_choice("render", render, _RENDERS)
         self.step_cost = check_float("step_cost", step_cost, 0.0, 1.0)
-        self._clock = EpisodeClock("frozenlake", check_int("max_steps", max_steps, 1))
+        self._clock = EpisodeClock("frozenlake", max_steps)
         self.instruction = (
             _INSTRUCTION
             + (_COMPACT_NOTE if render == "compact" else "")

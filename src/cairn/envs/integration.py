@@ -37,7 +37,7 @@ from sympy.parsing.sympy_parser import (
     standard_transformations,
 )
 
-from cairn.envs._common import EpisodeClock, check_int, check_int_choices, fresh_seed
+from cairn.envs._common import EpisodeClock, check_int_choices, fresh_seed
 from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 
 __all__ = [
@@ -421,7 +421,7 @@ class Integration(TextEnv):
                 raise ValueError(f"integrand {integrand!r} is not valid: {err}") from err
         else:
             self._fixed = None
-        self._clock = EpisodeClock("integration", check_int("max_steps", max_steps, 1))
+        self._clock = EpisodeClock("integration", max_steps)
         self.integrand: sp.Expr = sp.Integer(0)
         self.level = 0
         self._last: tuple[str, dict[str, Any]] = ("", {})

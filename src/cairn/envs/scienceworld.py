@@ -235,7 +235,7 @@ class ScienceWorld(TextEnv):
             *(_DETERMINISTIC_JAVA_OPTS if deterministic else ()),
             *heap_options(jvm_heap_mb),
         )
-        self._clock = EpisodeClock("scienceworld", check_int("max_steps", max_steps, 1))
+        self._clock = EpisodeClock("scienceworld", max_steps)
         self._gateway: JavaGateway | None = None
         self._entry: Any = None
         self._stop: weakref.finalize | None = None

@@ -179,7 +179,7 @@ class SearchQA(TextEnv):
         self.hops = check_int_choices("hops", hops, (1, 2, 3))
         self.top_k = check_int("top_k", top_k, 1, 20)
         self.reward = check_choice("reward", reward, ("em", "f1"))
-        self._clock = EpisodeClock("search_qa", check_int("max_steps", max_steps, 1))
+        self._clock = EpisodeClock("search_qa", max_steps)
         self.render = check_choice("render", render, _RENDERS)
         if self.render == "text":
             self.example_observation = "Question: where was Kalomi born ?"

@@ -286,7 +286,7 @@ class TextWorld(TextEnv):
         default = Path.home() / ".cache" / "cairn" / "textworld"
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default
         self.raw_score = _check_bool("raw_score", raw_score)
-        self._clock = EpisodeClock("textworld", check_int("max_steps", max_steps, 1))
+        self._clock = EpisodeClock("textworld", max_steps)
         self._env: Any = None
         self._path: Path | None = None
         self._state: Any = None

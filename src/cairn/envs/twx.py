@@ -106,7 +106,7 @@ class TextWorldExpress(TextEnv):
         if not isinstance(raw_score, bool):
             raise ValueError(f"raw_score must be True or False, got {raw_score!r}")
         self.raw_score = raw_score
-        self._clock = EpisodeClock("twx", check_int("max_steps", max_steps, 1))
+        self._clock = EpisodeClock("twx", max_steps)
         self._gateway: JavaGateway | None = None
         self._entry: Any = None
         self._stop: weakref.finalize | None = None

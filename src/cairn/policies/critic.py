@@ -52,10 +52,10 @@ class Critic(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, pad_id: int, **kwargs) -> Critic:
-        from cairn.policies.remote import check_no_remote_code
+        from cairn.policies.remote import NO_REMOTE_CODE, check_no_remote_code
 
         check_no_remote_code(path)  # no folder's own code, ever
-        return cls(AutoModel.from_pretrained(path, trust_remote_code=False, **kwargs), pad_id)
+        return cls(AutoModel.from_pretrained(path, **NO_REMOTE_CODE, **kwargs), pad_id)
 
     @property
     def device(self) -> torch.device:

@@ -189,7 +189,7 @@ class SharedPath(PlainPath):
     def kept_blocks(self, model: torch.nn.Module) -> KeptCaches | None:
         """The kept prefix blocks (``prefix_block``) valid for ``model`` as it is now (its
         identity and weights), or None when off or while gradients are recorded."""
-        if not (self.options.prefix_block and self.options.share_prefix):
+        if not self.options.prefix_block:  # options: prefix_block needs share_prefix
             return None
         if torch.is_grad_enabled():
             return None

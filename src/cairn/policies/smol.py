@@ -148,10 +148,13 @@ def _write_folder(gguf: Path, folder: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from cairn.policies.remote import NO_REMOTE_CODE
+
     hf_logging.disable_progress_bar()
-    no_code = {"trust_remote_code": False}  # never a folder's own code
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, **no_code)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, **no_code)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, **NO_REMOTE_CODE
+    )
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, **NO_REMOTE_CODE)
     model = _rebuilt(loaded)
     model.generation_config = _generation_config(model, tokenizer)
     model.save_pretrained(folder, safe_serialization=True)

@@ -123,8 +123,8 @@ class Dump:
 class _Budget:
     """Bytes of episode lines a report may still hold (``MAX_KEPT_BYTES`` over all dumps)."""
 
-    def __init__(self, left: int = 0):
-        self.left = left or MAX_KEPT_BYTES
+    def __init__(self) -> None:
+        self.left = MAX_KEPT_BYTES
 
 
 class _Lines:
@@ -191,7 +191,7 @@ def read_dump(
     (and no more bytes of lines than ``budget`` has left: a line past it is skipped and
     counted), then parse only the lines of the sampled groups. ``root``: the folder the
     dump must lie in once links are resolved."""
-    budget = budget or _Budget()
+    budget = budget if budget is not None else _Budget()
     lines = _Lines(Path(path), root)
     by_group: dict[int, list[str]] = {}
     n_episodes = skipped = 0

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cairn.train.config import Config, load_config, validate_config
+from cairn.train.config import Config, apply_overrides, load_config, validate_config
 
 __all__ = ["Callback", "TrainResult", "train"]
 
@@ -73,13 +73,11 @@ def resolve(
         if overrides:
             raise ValueError("overrides apply to a dict, a path or a preset name, not a Config")
         return config
-    if isinstance(config, Mapping):
-        from cairn.train.config import apply_overrides
-
+    if isinstance(config, Mapping):  # the Trainer runs the preflight (check_config) once
         data = apply_overrides(_plain(config), list(overrides))
-        return validate_config(data)
+        return validate_config(data, check=False)
     if isinstance(config, str | Path):
-        return load_config(config, list(overrides))
+        return load_config(config, list(overrides), check=False)
     raise TypeError(
         f"config must be a Config, a dict, a path or a preset name, got {type(config).__name__}"
     )

@@ -89,11 +89,8 @@ def _run_one(path: str | None, overrides: list[str], run_dir: str) -> dict[str, 
 def _own(run: Path) -> Iterator[None]:
     """Hold ``run``'s run.lock (the Trainer takes it again, re-entrantly)."""
     run.mkdir(parents=True, exist_ok=True)
-    lock = RunLock(run).acquire()
-    try:
+    with RunLock(run):
         yield
-    finally:
-        lock.release()
 
 
 def _clear(run: Path) -> None:

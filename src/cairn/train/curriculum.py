@@ -83,8 +83,7 @@ class SuccessRateCurriculum:
     def observe(self, successes: Sequence[bool]) -> bool:
         """Take one iteration's episode successes; True when the level changed."""
         self.recent.extend(bool(s) for s in successes)
-        rate = sum(self.recent) / len(self.recent) if self.recent else float("nan")
-        self.last_rate = rate
+        rate = self.last_rate = self._rate()
         if len(self.recent) < (self.recent.maxlen or 0):
             return False
         if rate >= self.raise_at and self.level < len(self.levels) - 1:
@@ -99,8 +98,11 @@ class SuccessRateCurriculum:
     def metrics(self) -> dict[str, float]:
         """``curriculum/level`` and the rolling success ``curriculum/success`` (NaN while
         the window is empty)."""
-        rate = sum(self.recent) / len(self.recent) if self.recent else float("nan")
-        return {"curriculum/level": float(self.level), "curriculum/success": rate}
+        return {"curriculum/level": float(self.level), "curriculum/success": self._rate()}
+
+    def _rate(self) -> float:
+        """The success rate over the window (NaN while it is empty)."""
+        return sum(self.recent) / len(self.recent) if self.recent else float("nan")
 
     def state_dict(self) -> dict[str, Any]:
         return {"level": self.level, "recent": [bool(s) for s in self.recent]}

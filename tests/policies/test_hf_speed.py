@@ -111,6 +111,32 @@ def test_multinomial_on_a_subset_draws_what_the_whole_batch_would():
     assert whole.tolist() == full.tolist()
 
 
+def test_inverse_cdf_draws_each_token_with_its_probability():
+    # 3 rows x 20000 draws: the frequencies match the probabilities, a zero never drawn.
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 1.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    toks = _multinomial(probs.repeat(20000, 1), torch.Generator().manual_seed(0), None, True)
+    freq = torch.stack([torch.bincount(toks[r::3], minlength=4) for r in range(3)]) / 20000
+    torch.testing.assert_close(freq, probs, atol=0.01, rtol=0)
+    assert freq[0, 1] == 0 and freq[1].tolist() == [0.0, 0.0, 1.0, 0.0]
+
+
+def test_inverse_cdf_on_a_subset_draws_what_the_whole_batch_would():
+    probs = torch.softmax(torch.randn(6, 50, generator=torch.Generator().manual_seed(0)), -1)
+    full = _multinomial(probs, torch.Generator().manual_seed(9), None, True)
+    rows = torch.tensor([1, 4, 5])
+    part = _multinomial(probs[rows], torch.Generator().manual_seed(9), _Rows(rows, 6), True)
+    assert part.tolist() == full[rows].tolist()
+
+
+def test_inverse_cdf_never_draws_past_the_last_token_with_mass(monkeypatch):
+    # u x mass rounded up to the whole mass would count every token (index 4 here): the
+    # last token with mass is drawn instead. u is forced to 1.0 to stand for that rounding.
+    one = torch.ones(1, dtype=torch.float64)
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: one)
+    probs = torch.tensor([[0.25, 0.75, 0.0, 0.0]])
+    assert _multinomial(probs, torch.Generator(), None, True).tolist() == [1]
+
+
 def test_the_kv_cache_goes_under_the_name_the_model_takes():
     # transformers 5.2x names it ``cache``; 5.17 (the GPU check's machine) past_key_values.
     class Old(torch.nn.Module):

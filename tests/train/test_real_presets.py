@@ -116,10 +116,11 @@ def test_setup_fails_when_the_presets_cap_cannot_hold_the_gold(smol_cache, tmp_p
     from cairn.train.trainer import Trainer
 
     # the preset is tagged: 13 SmolLM2 tokens ( 1 _+ _ 2 ) _* _( 3 _+ _ 4 ) inside the 6 of
-    # <action> </action> (< action > ... </ action >) make 19
+    # <action> </action> (< action > ... </ action >) make 19, less the 3 of <action> that
+    # the prompt already holds (agent.response_prefix): 16
     monkeypatch.setattr(Countdown, "gold_action", lambda self: "(1 + 2) * (3 + 4)")
-    cfg = load_config("countdown_smol", ["rollout.max_new_tokens=18", f"out_dir={tmp_path}"])
-    with pytest.raises(ValueError, match=r"max_new_tokens 18 cannot hold .* at least 19$"):
+    cfg = load_config("countdown_smol", ["rollout.max_new_tokens=15", f"out_dir={tmp_path}"])
+    with pytest.raises(ValueError, match=r"max_new_tokens 15 cannot hold .* at least 16$"):
         Trainer(cfg, tmp_path / "run")
 
 

@@ -184,8 +184,9 @@ def build_policy(
 def generation_options(cfg: Any, extend_turns: bool = False) -> GenerationOptions:
     """The sampling and scoring options of a policy built from ``cfg`` (ModelConfig).
 
-    Pretrained models (``model.path``) drop finished rows while generating, run their
-    prompts' shared prefix once and keep its blocks between calls, continue each episode's
+    Pretrained models (``model.path``) draw each token by inverting its CDF, drop finished
+    rows while generating, run their prompts' shared prefix once and keep its blocks
+    between calls, continue each episode's
     KV cache where a turn's prompt extends the last (``extend_turns``:
     ``cairn.train.setup.turns_extend``), and score in buckets of similar length; the tiny
     default runs the plain path, so its recorded runs stay bit-identical. ``model.autocast``
@@ -201,6 +202,7 @@ def generation_options(cfg: Any, extend_turns: bool = False) -> GenerationOption
         prefix_block=PREFIX_BLOCK if real else 0,
         bucket_cost=cost if real else None,
         autocast=autocast_on(cfg),
+        inverse_cdf=real,
     )
 
 

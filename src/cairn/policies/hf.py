@@ -343,7 +343,7 @@ class HFPolicy:
             probs = logp.exp()
             if top_p < 1.0:
                 probs = _top_p_filter(probs, top_p)
-            toks = _multinomial(probs, generator, rows)
+            toks = _multinomial(probs, generator, rows, self.options.inverse_cdf)
         return toks, logp.gather(-1, toks[:, None]).squeeze(-1), entropy
 
     # -- scoring ----------------------------------------------------------------------------
@@ -444,7 +444,10 @@ class _Rows:
 
 
 def _multinomial(
-    probs: torch.Tensor, generator: torch.Generator | None, rows: _Rows | None
+    probs: torch.Tensor,
+    generator: torch.Generator | None,
+    rows: _Rows | None,
+    inverse_cdf: bool = False,
 ) -> torch.Tensor:
     """One draw per row of ``probs`` (B, V), as ``torch.multinomial(probs, 1)``.
 
@@ -454,10 +457,33 @@ def _multinomial(
     the running rows' share of it used; the random stream, and so every later token, is
     the same as when no row was dropped.
     """
+    if inverse_cdf:
+        return _inverse_cdf(probs, generator, rows)
     if rows is None or len(rows.index) == rows.total:
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     q = probs.new_empty((rows.total, probs.shape[-1])).exponential_(1, generator=generator)
     return (probs / q[rows.index.to(probs.device)]).argmax(-1)
+
+
+def _inverse_cdf(
+    probs: torch.Tensor, generator: torch.Generator | None, rows: _Rows | None
+) -> torch.Tensor:
+    """One draw per row of ``probs`` (B, V) by inverting its CDF: the first token whose
+    cumulative mass exceeds u x (the row's mass), u ~ U[0, 1) drawn for every row of the
+    whole batch (``rows.total``) and the running rows' share used, as in ``_multinomial``.
+    B uniforms per token instead of B x V exponentials: on a CPU with a 49k vocabulary the
+    exponentials cost ~40 ms per decode step of 32 rows, a sixth of the rollout."""
+    total = probs.shape[0] if rows is None else rows.total
+    device = generator.device if generator is not None else probs.device
+    u = torch.rand(total, generator=generator, dtype=torch.float64, device=device)
+    if rows is not None:
+        u = u[rows.index.to(device)]
+    cum = probs.double().cumsum(-1)
+    target = (u.to(probs.device) * cum[:, -1])[:, None]
+    tok = (cum <= target).sum(-1)  # the first index whose cumulative mass exceeds target
+    # target == the row's mass (u's rounding): the last token with mass, never a zero one
+    last = (probs > 0).cumsum(-1).argmax(-1)
+    return torch.minimum(tok, last)
 
 
 def end_token_ids(model: torch.nn.Module, tokenizer) -> frozenset[int]:

@@ -44,6 +44,9 @@ class GenerationOptions:
     call counting as this many padding tokens (None: one batch). ``score_chunk``: response
     positions per chunk of the output head in ``score`` (peak memory ~ score_chunk x V).
     ``autocast``: the decoder's forward under bfloat16 autocast (module docstring).
+    ``inverse_cdf``: each token is drawn by inverting its row's CDF with one uniform (the
+    same distribution as ``torch.multinomial``, another random stream; B draws per token
+    instead of B x V exponentials).
     """
 
     drop_finished: bool = False
@@ -54,6 +57,7 @@ class GenerationOptions:
     bucket_cost: int | None = None
     score_chunk: int = 1024
     autocast: bool = False
+    inverse_cdf: bool = False
 
     def __post_init__(self) -> None:
         for name in ("min_shared_prefix", "prefix_block"):

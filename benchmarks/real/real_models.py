@@ -124,6 +124,11 @@ def summarize(folder: Path, preset: str, seed: int, peak_gib: float, wall: float
         "task_blind_first3": mean_of(rows[:3], "rollout/task_blind"),
         "task_blind_last3": mean_of(rows[-3:], "rollout/task_blind"),
         "curriculum_level_last": rows[-1].get("curriculum/level"),
+        "entropy_first3": mean_of(rows[:3], "actor/entropy"),
+        "entropy_last3": mean_of(rows[-3:], "actor/entropy"),
+        "entropy_min": min((r["actor/entropy"] for r in rows if "actor/entropy" in r),
+                           default=None),
+        "evals": [[e.get("iteration"), e["eval/success"]] for e in evals],
         "gen_tokens_per_s": round(median(gen), 1), "update_tokens_per_s": round(median(upd), 1),
         "seconds_per_iteration": round(median(r["time/iteration"] for r in rows), 1),
     }  # fmt: skip
@@ -164,6 +169,10 @@ def table(results: list[dict]) -> str:
         ("last 3 it.", "rollout_success_last3", ".2f"),
         ("task-blind episodes, first 3 it.", "task_blind_first3", ".2f"),
         ("last 3 it.", "task_blind_last3", ".2f"),
+        ("policy entropy, first 3 it.", "entropy_first3", ".2f"),
+        ("last 3 it.", "entropy_last3", ".2f"),
+        ("lowest", "entropy_min", ".2f"),
+        ("curriculum level at the end", "curriculum_level_last", ".1f"),
         ("iterations", "iterations", ".0f"),
         ("s/it", "seconds_per_iteration", ".0f"),
         ("generated tok/s", "gen_tokens_per_s", ".0f"),
@@ -181,14 +190,57 @@ def table(results: list[dict]) -> str:
 
 
 def per_seed(results: list[dict]) -> str:
-    keys = ["preset", "seed", "success_before", "success_after", "eval_format_before",
+    keys = ["preset", "seed", "success_before", "success_after", "evals", "eval_format_before",
             "eval_format_after", "sampled_format_first", "sampled_format_last",
             "sampled_invalid_first3", "sampled_invalid_last3",
-            "rollout_success_first", "rollout_success_last", "iterations", "train_seconds",
-            "peak_rss_gib"]  # fmt: skip
+            "rollout_success_first", "rollout_success_last", "task_blind_last3",
+            "entropy_last3", "entropy_min", "curriculum_level_last", "iterations",
+            "train_seconds", "peak_rss_gib"]  # fmt: skip
     lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
-    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in results]
+    lines += ["| " + " | ".join(_cell(r.get(k)) for k in keys) + " |" for r in results]
     return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    """A table cell: held-out points as ``iteration: success`` pairs, floats to 3 places."""
+    if isinstance(value, list):
+        return ", ".join(f"{it}: {rate:.2f}" for it, rate in value)
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def plot(results: list[dict], out: Path, path: Path) -> None:
+    """Per preset, one panel each of held-out greedy success, sampled success, policy
+    entropy and the task-blind share against training seconds, a line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    presets = list(dict.fromkeys(r["preset"] for r in results))
+    panels = [
+        ("eval/success", "held-out greedy success"),
+        ("rollout/success", "sampled success"),
+        ("actor/entropy", "policy entropy"),
+        ("rollout/task_blind", "task-blind share"),
+    ]
+    fig, axes = plt.subplots(len(presets), 4, figsize=(16, 3.4 * len(presets)), squeeze=False)
+    for row, preset in zip(axes, presets, strict=True):
+        for r in (r for r in results if r["preset"] == preset):
+            (run,) = [p for p in (out / f"{preset}-s{r['seed']}").iterdir() if p.is_dir()]
+            rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
+            for ax, (key, title) in zip(row, panels, strict=True):
+                pts = [(m.get("time/train_seconds", 0.0) / 60, m[key]) for m in rows
+                       if m.get(key) is not None]  # fmt: skip
+                if pts:
+                    xs, ys = zip(*pts, strict=True)
+                    ax.plot(xs, ys, marker="o" if key == "eval/success" else None,
+                            label=f"seed {r['seed']}", lw=1.2)  # fmt: skip
+                ax.set_title(f"{preset}: {title}", fontsize=9)
+                ax.set_xlabel("training minutes")
+        row[1].legend(fontsize=8)  # sampled success: every run has it
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
@@ -207,11 +259,15 @@ def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
     return f"""# The embedded real model (SmolLM2-135M-Instruct, LoRA) before and after RL
 
 Command: `{cmd}` (each run: `cairn train PRESET --set seed=S --set
-train.time_budget_s={args.budget:g} --set eval.every=0`, greedy evaluation of the untrained
-model first and of the trained one at the end). Machine: 2 CPU cores, torch CPU, 1 thread
-per run; {load}. Mean (min-max) over seeds; held-out instances are the presets' eval seeds.
+train.time_budget_s={args.budget:g} --set eval.every=0` and the command's `--set`s after
+those, greedy evaluation of the untrained model first and of the trained one at the end).
+Machine: 2 CPU cores, torch CPU, 1 thread per run unless a `--set train.threads` says
+otherwise; {load}. Mean (min-max) over seeds; held-out instances are the presets' eval
+seeds.
 
 {table(results)}
+
+![curves]({args.record.with_suffix(".png").name})
 
 ### Per seed
 
@@ -252,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     load = args.load or f"{args.jobs} run(s) at once"
     args.record = args.record.resolve()
     write_record(args.record, record(results, args, load))
-    print(f"wrote {args.record.relative_to(ROOT)}")
+    plot(results, args.out, args.record.with_suffix(".png"))
+    print(f"wrote {args.record.relative_to(ROOT)} and its .png")
     return 0
 
 

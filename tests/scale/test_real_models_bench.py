@@ -44,6 +44,25 @@ def test_a_run_folder_gives_before_after_and_median_rates(tmp_path):
     assert r["gen_tokens_per_s"] == 20.0
     assert r["update_tokens_per_s"] == 64.0  # 6400 over 100, 200, 50 s: 64, 32, 128
     assert r["seconds_per_iteration"] == 164.0 and r["peak_rss_gib"] == 5.5
+    assert r["evals"] == [[0, 0.0], [3, 0.25]]  # every held-out point, for the curve
+    assert r["entropy_first3"] is None and r["entropy_min"] is None  # no actor/entropy logged
+
+
+def test_entropy_columns_and_the_curves_png(tmp_path):
+    bench = _bench()
+    run = tmp_path / "countdown_smol-s0" / "countdown_smol-s0-20261205"
+    run.mkdir(parents=True)
+    evals = [{"iteration": 0, "eval/success": 0.0, "eval/format_error_rate": 0.0}] * 2
+    summary = {"iterations": 4, "episodes": 128, "train_seconds": 60.0, "evals": evals}
+    (run / "summary.json").write_text(json.dumps(summary))
+    entropies = [0.6, 0.5, 0.1, 0.3]
+    rows = [{**_row(i + 1, 0.0, 1.0, 1.0), "actor/entropy": h} for i, h in enumerate(entropies)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    r = bench.summarize(run.parent, "countdown_smol", 0, 1.0, 70.0)
+    assert (r["entropy_first3"], r["entropy_last3"], r["entropy_min"]) == (0.4, 0.3, 0.1)
+    png = tmp_path / "record.png"
+    bench.plot([r], tmp_path, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_three_iteration_windows_weigh_iterations_by_steps(tmp_path):

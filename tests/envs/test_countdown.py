@@ -336,6 +336,31 @@ def test_allow_trivial_must_be_a_bool():
         make("countdown", allow_trivial="no")
 
 
+def test_use_all_makes_an_answer_that_leaves_a_number_out_invalid():
+    # A single number or a partial sum is a valid answer "at most once", invalid "exactly
+    # once" (the near-target single number was where RL settled under closeness_reward).
+    assert evaluate_expression("(9)", [9, 1, 1]) == 9
+    assert evaluate_expression("(9)", [9, 1, 1], use_all=True) is None
+    assert evaluate_expression("2 + 3", [2, 3, 10], use_all=True) is None
+    assert evaluate_expression("(2 + 3) * 10", [2, 3, 10], use_all=True) == 50
+    assert evaluate_expression("2 + 3 + 10 + 10", [2, 3, 10], use_all=True) is None
+    assert read_answer("Answer: 10 * 2 + 3 = 23", [2, 3, 10], use_all=True) == 23
+    env = make(
+        "countdown", render="text", allow_trivial=True, use_all=True, closeness_reward=0.3,
+        **SMALL,
+    )  # fmt: skip
+    assert env.reset(seed=0)[0] == "Numbers: 18, 1, 11. Target: 30."
+    assert env.instruction.endswith("Use each number exactly once.")
+    _, reward, _, truncated, info = env.step("18 + 11")  # 29: close, but 1 is left out
+    assert (reward, info["valid"], truncated) == (0.0, False, True)
+    env.reset(seed=0)
+    assert env.step("18 + 11 - 1")[1] == pytest.approx(0.3 * (1 - 2 / 30))  # 28, all used
+    env.reset(seed=0)
+    assert env.step("18 + 11 + 1")[1] == 1.0
+    with pytest.raises(ValueError, match="use_all must be True or False"):
+        make("countdown", use_all=1)
+
+
 # -- prompts for language models ------------------------------------------------------------
 def test_text_render_states_the_task_in_words():
     env = make("countdown", render="text", allow_trivial=True, max_steps=2, **SMALL)

@@ -84,13 +84,14 @@ def _far_miss(env, seed, ep):
     return f"{min(env.numbers)} - {max(env.numbers)}"
 
 
-def _values(numbers: list[int]) -> dict[Fraction, str]:
-    """Every value an expression over a sub-multiset of ``numbers`` reaches (one text each)."""
+def _values(numbers: list[int], use_all: bool = False) -> dict[Fraction, str]:
+    """Every value an expression over a sub-multiset of ``numbers`` reaches (one text each);
+    ``use_all``: over all of ``numbers``, each once."""
     found: dict[Fraction, str] = {}
     pool = [(Fraction(n), str(n)) for n in numbers]
 
     def grow(items):
-        for value, text in items:
+        for value, text in items if not use_all or len(items) == 1 else ():
             found.setdefault(value, text)
         for i, j in itertools.permutations(range(len(items)), 2):
             (a, ta), (b, tb) = items[i], items[j]
@@ -106,7 +107,7 @@ def _values(numbers: list[int]) -> dict[Fraction, str]:
 
 def _near_miss(env, seed, ep):
     """Aims at the target and misses: the closest value other than the target itself."""
-    values = _values(env.numbers)
+    values = _values(env.numbers, env.use_all)
     best = min((v for v in values if v != env.target), key=lambda v: abs(v - env.target))
     return values[best]
 
@@ -125,14 +126,15 @@ def test_countdown_smol_blind_answers_earn_less_than_a_quarter_solved():
     assert quarter == pytest.approx(0.25, abs=0.01) and quarter_flagged == 0.0
     assert blind_sum < quarter
     # aiming at the target pays (the flat 0.1 format reward paid both the same):
-    assert near == pytest.approx(0.269, abs=0.005) and near > 2 * blind_sum
+    assert near == pytest.approx(0.267, abs=0.005) and near > 2 * blind_sum
 
 
 def test_countdown_no_fixed_blind_expression_reaches_a_quarter_solved():
-    """Other expressions that never read the target earn less than 0.25 too (largest number
-    0.155, first two added 0.161, sum minus the smallest 0.216: it sometimes is the target,
-    largest times middle minus smallest 0.113, the example copied 0.000: it is seldom
-    valid)."""
+    """Other expressions that never read the target earn less than 0.25 too (the largest
+    number and the first two added 0.000: they leave a number out, invalid under use_all;
+    sum minus the smallest 0.216 and smallest times middle plus largest 0.210: they
+    sometimes are the target, the latter on 17 % of instances; largest times middle minus
+    smallest 0.113; the example copied 0.000: it is seldom valid)."""
     blind = {
         "largest": lambda env, s, ep: str(max(env.numbers)),
         "first two": lambda env, s, ep: f"{env.numbers[0]} + {env.numbers[1]}",
@@ -140,6 +142,9 @@ def test_countdown_no_fixed_blind_expression_reaches_a_quarter_solved():
             " + ".join(map(str, sorted(env.numbers)[1:])) + f" - {min(env.numbers)}"
         ),
         "largest times middle minus smallest": lambda env, s, ep: "{2} * {1} - {0}".format(
+            *sorted(env.numbers)
+        ),
+        "smallest times middle plus largest": lambda env, s, ep: "{} * {} + {}".format(
             *sorted(env.numbers)
         ),
         "example copied": lambda env, s, ep: "(1 + 2) * 3",

@@ -2,7 +2,8 @@
 
 The task format follows the Countdown arithmetic game used for RL with verifiable rewards
 (TinyZero; "Cognitive Behaviors that Enable Self-Improving Reasoners", arXiv 2503.01307):
-each given number may be used at most once, and the answer is one arithmetic expression.
+each given number may be used at most once (``use_all``: exactly once, TinyZero's rule), and
+the answer is one arithmetic expression.
 
 Instances are generated so that a solution exists: the seed draws the numbers, then combines
 all of them in a random order with random operations whose intermediate values stay
@@ -100,6 +101,7 @@ _TEXT_INSTRUCTION = (
     "Countdown: combine the given numbers with + - * / and parentheses into one arithmetic "
     "expression whose value is the target. Use each number at most once."
 )
+_TEXT_INSTRUCTION_ALL = _TEXT_INSTRUCTION.replace("at most once", "exactly once")
 _ANSWER_PREFIX = re.compile(r"^(?:final\s+)?answer\s*(?::|is\b:?)\s*", re.IGNORECASE)
 _STATED = re.compile(r"^(.*?)=\s*(-?\d+)\s*$", re.DOTALL)
 _SYMBOLS = str.maketrans({"\u00d7": "*", "\u00f7": "/", "\u2212": "-"})
@@ -183,11 +185,12 @@ def _join(a: tuple[int, str, int], b: tuple[int, str, int], op: str) -> str:
     return f"{left} {op} {right}"
 
 
-def evaluate_expression(text: str, numbers: list[int]) -> Fraction | None:
+def evaluate_expression(text: str, numbers: list[int], use_all: bool = False) -> Fraction | None:
     """The exact value of ``text``, or None if it is not a valid answer over ``numbers``.
 
     Valid: integer literals, ``+ - * /`` and parentheses only, no division by zero, and the
-    literals form a sub-multiset of ``numbers`` (each given number used at most once).
+    literals form a sub-multiset of ``numbers`` (each given number used at most once;
+    ``use_all``: the literals are exactly ``numbers``, each used once).
     """
     if not isinstance(text, str) or not text.strip() or len(text) > _MAX_EXPR_CHARS:
         return None
@@ -200,16 +203,18 @@ def evaluate_expression(text: str, numbers: list[int]) -> Fraction | None:
         value = _eval_node(tree.body, used)
     except (ValueError, ZeroDivisionError, RecursionError):
         return None
+    if use_all:
+        return value if Counter(used) == Counter(numbers) else None
     return value if not Counter(used) - Counter(numbers) else None
 
 
-def read_answer(text: str, numbers: list[int]) -> Fraction | None:
+def read_answer(text: str, numbers: list[int], use_all: bool = False) -> Fraction | None:
     """The value of an answer as a language model writes it, or None if it is invalid.
 
     Around one expression (``evaluate_expression``) it allows a leading ``Answer:``,
     surrounding backticks or ``$``, a final period, ``×``/``÷``/``−`` for ``* / -`` and a
     trailing ``= N``, which must state the expression's value: ``1 + 4 + 3 = 8`` is 8,
-    ``1 + 4 + 3 = 9`` is invalid.
+    ``1 + 4 + 3 = 9`` is invalid. ``use_all``: as in ``evaluate_expression``.
     """
     if not isinstance(text, str) or len(text) > _MAX_EXPR_CHARS:
         return None
@@ -217,7 +222,7 @@ def read_answer(text: str, numbers: list[int]) -> Fraction | None:
     stated = _STATED.match(body)
     if stated is not None:
         body = _strip_decoration(stated.group(1))
-    value = evaluate_expression(body, numbers)
+    value = evaluate_expression(body, numbers, use_all)
     if value is None or (stated is not None and value != int(stated.group(2))):
         return None
     return value
@@ -306,6 +311,8 @@ class Countdown(TextEnv):
         render: ``"compact"`` (tiny models) or ``"text"`` (language models); module docstring.
         allow_trivial: also draw instances whose target is the sum or the product of all
             the numbers (default False: they are redrawn).
+        use_all: an answer must use every given number exactly once (TinyZero's rule; an
+            answer that leaves one out is invalid). Default False: each at most once.
 
     Episode end: a correct answer terminates with reward 1; a well-formed wrong answer on
     the last try terminates with ``format_reward`` (+ the closeness reward); an invalid
@@ -324,6 +331,7 @@ class Countdown(TextEnv):
         render: str = "compact",
         allow_trivial: bool = False,
         closeness_reward: float = 0.0,
+        use_all: bool = False,
     ) -> None:
         super().__init__()
         self.count = check_int_range("count", count, 2, 8)
@@ -338,12 +346,13 @@ class Countdown(TextEnv):
             )
         self._clock = EpisodeClock("countdown", max_steps)
         self.render = check_choice("render", render, _RENDERS)
+        for name, flag in (("allow_trivial", allow_trivial), ("use_all", use_all)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        self.allow_trivial, self.use_all = allow_trivial, use_all
         if self.render == "text":
             self.example_observation = "Numbers: 1, 2, 3. Target: 9."
-            self.instruction = _TEXT_INSTRUCTION
-        if not isinstance(allow_trivial, bool):
-            raise ValueError(f"allow_trivial must be True or False, got {allow_trivial!r}")
-        self.allow_trivial = allow_trivial
+            self.instruction = _TEXT_INSTRUCTION_ALL if use_all else _TEXT_INSTRUCTION
         self.numbers: list[int] = []
         self.target = 0
         self._gold = ""
@@ -362,16 +371,17 @@ class Countdown(TextEnv):
             self.instruction = (
                 f"Using the numbers {listed}, write an arithmetic "
                 f"expression that equals {self.target}. You may use + - * / and parentheses, "
-                "and each number at most once. Answer with the expression only."
+                f"and each number {'exactly' if self.use_all else 'at most'} once. Answer "
+                "with the expression only."
             )
         else:  # the rules only: the same for every instance, so every prompt shares it
-            self.instruction = _TEXT_INSTRUCTION
+            self.instruction = _TEXT_INSTRUCTION_ALL if self.use_all else _TEXT_INSTRUCTION
         self._clock.start()
         return self._record(self._observation(None), valid=True, success=False)
 
     def _step(self, action: str) -> StepResult:
         last_try = self._clock.tick()
-        value = read_answer(action, self.numbers)
+        value = read_answer(action, self.numbers, self.use_all)
         if value is None:
             self._clock.done = last_try
             obs, info = self._record(self._observation("invalid"), False, False)

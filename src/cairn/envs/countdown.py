@@ -40,8 +40,10 @@ twice the target or at 0 and below; ``closeness``). A flat format reward alone i
 reward an untrained model collects, and RL then settles on a task-blind answer (SmolLM2 on
 countdown_smol: 28 of 32 answers were the sum of all the numbers); closeness pays for
 moving towards this instance's target, which an answer that ignores it earns less of on
-average (``tests/test_task_blind.py`` has the numbers). Their sum stays below 1, the
-reward of a correct answer.
+average (``tests/test_task_blind.py`` has the numbers). A task-blind miss (below) earns
+no closeness: with three numbers the sum of all of them lands at closeness 0.35 on
+average, and RL on countdown_smol settled on it anyway (task-blind share 0.9 by iteration
+60 of one seed). Their sum stays below 1, the reward of a correct answer.
 
 ``info["task_blind"]`` (``rollout/task_blind``): a well-formed miss that ignores the target:
 its value is the sum or the product of all the numbers, or it is the format example
@@ -395,7 +397,7 @@ class Countdown(TextEnv):
         if correct:
             return obs, 1.0, self._clock.done, False, info
         reward = self.format_reward
-        if self.closeness_reward:
+        if self.closeness_reward and not info["task_blind"]:
             reward += self.closeness_reward * closeness(value, self.target)
         return obs, reward, self._clock.done, False, info
 

@@ -171,6 +171,24 @@ def test_countdown_closeness_reward_worked_example():
         make("countdown", format_reward=0.5, closeness_reward=0.5)
 
 
+def test_countdown_the_example_shape_with_other_numbers_is_blind():
+    # countdown_smol's seeds settled on `(a + b) * c` over the given numbers in order, the
+    # example's `(1 + 2) * 3` refilled: a miss in that shape is blind and earns no closeness;
+    # the same numbers in another shape aim, and earn it; the shape that hits is a success.
+    env = make("countdown", count=(3, 3), closeness_reward=0.3, use_all=True, render="text")
+    env.reset(seed=0)  # numbers 85, 18, 9, target 94
+    _, reward, *_, info = env.step("(85 + 9) * 18")
+    assert (reward, info["task_blind"]) == (0.0, True)
+    env.reset(seed=0)
+    _, reward, *_, info = env.step("85 + 9 * 18")  # 247: far, but another shape
+    assert (reward, info["task_blind"]) == (0.0, False)  # closeness 0 beyond twice the target
+    env.reset(seed=0)
+    _, reward, *_, info = env.step("85 * 18 / 9")  # 170: closeness 1 - 76/94
+    assert reward == pytest.approx(0.3 * (1 - 76 / 94)) and info["task_blind"] is False
+    env.reset(seed=0)
+    assert env.step("(85 - 9) + 18")[1] == 1.0  # a success is never blind
+
+
 # -- sokoban_smol ----------------------------------------------------------------------------
 def _right(env, seed, ep):
     return "right"

@@ -43,11 +43,14 @@ moving towards this instance's target, which an answer that ignores it earns les
 average (``tests/test_task_blind.py`` has the numbers). A task-blind miss (below) earns
 no closeness: with three numbers the sum of all of them lands at closeness 0.35 on
 average, and RL on countdown_smol settled on it anyway (task-blind share 0.9 by iteration
-60 of one seed). Their sum stays below 1, the reward of a correct answer.
+60 of one seed); an answer in the example's shape is blind by the same rule. Their sum
+stays below 1, the reward of a correct answer.
 
 ``info["task_blind"]`` (``rollout/task_blind``): a well-formed miss that ignores the target:
-its value is the sum or the product of all the numbers, or it is the format example
-(``example_action``) copied.
+its value is the sum or the product of all the numbers, or it has the format example's
+shape (``example_action``, ``(1 + 2) * 3``) with other numbers: under ``use_all`` all three
+countdown_smol seeds settled on writing the given numbers into that shape, `(6 + 9) * 9`
+for a target of 6, which hits 10-15 % of instances blind.
 """
 
 from __future__ import annotations
@@ -137,6 +140,11 @@ def generate_countdown(
         + ("" if allow_trivial else " without a trivial target")
         + "; widen target_range"
     )
+
+
+def _shape(expression: str) -> str:
+    """``expression`` with every integer literal as ``n`` and no spaces: ``(n+n)*n``."""
+    return re.sub(r"\d+", "n", "".join(expression.split()))
 
 
 def is_trivial(numbers: list[int], target: int) -> bool:
@@ -403,8 +411,9 @@ class Countdown(TextEnv):
 
     def target_blind(self, action: str, value: Fraction) -> bool:
         """A well-formed answer of value ``value`` that ignores the target: the sum or the
-        product of all the numbers, or the format example copied (module docstring)."""
-        copied = "".join(action.split()) == "".join(self.example_action.split())
+        product of all the numbers, or the format example's shape with other numbers
+        (module docstring)."""
+        copied = _shape(action) == _shape(self.example_action)
         return copied or value in (sum(self.numbers), math.prod(self.numbers))
 
     def _observation(self, feedback: str | None) -> str:

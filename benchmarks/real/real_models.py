@@ -228,9 +228,14 @@ def plot(results: list[dict], out: Path, path: Path) -> None:
         for r in (r for r in results if r["preset"] == preset):
             (run,) = [p for p in (out / f"{preset}-s{r['seed']}").iterdir() if p.is_dir()]
             rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
+            minutes = {m["iteration"]: m.get("time/train_seconds", 0.0) / 60 for m in rows}
+            minutes[0] = 0.0  # the untrained model's evaluation (summary only, no row)
             for ax, (key, title) in zip(row, panels, strict=True):
-                pts = [(m.get("time/train_seconds", 0.0) / 60, m[key]) for m in rows
-                       if m.get(key) is not None]  # fmt: skip
+                if key == "eval/success":
+                    pts = [(minutes.get(it, 0.0), rate) for it, rate in r["evals"]]
+                else:
+                    pts = [(minutes[m["iteration"]], m[key]) for m in rows
+                           if m.get(key) is not None]  # fmt: skip
                 if pts:
                     xs, ys = zip(*pts, strict=True)
                     ax.plot(xs, ys, marker="o" if key == "eval/success" else None,

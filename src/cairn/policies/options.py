@@ -14,7 +14,9 @@ pretrained models run the component (``cairn.policies.generation_options``).
 optimizer state stay float32) applies to sampling and scoring alike, so the behaviour
 log-probs of a rollout and the first epoch's scores come from the same precision regime.
 ``cpu_has_bf16`` tells whether this CPU runs bfloat16 matrix products natively (AMX or
-AVX512-BF16), where autocast is worth it.
+AVX512-BF16), where autocast is worth it. ``inverse_cdf`` (on for pretrained models) draws
+each token from the same distribution as ``torch.multinomial`` by another random stream, one
+uniform per row instead of one exponential per vocabulary entry.
 """
 
 from __future__ import annotations

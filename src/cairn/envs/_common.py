@@ -42,6 +42,13 @@ def check_float(name: str, value: Any, low: float, high: float) -> float:
     return float(value)
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is True or False (not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """``value`` if it is one of ``choices``."""
     if value not in choices:

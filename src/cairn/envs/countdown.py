@@ -50,7 +50,7 @@ stays below 1, the reward of a correct answer.
 its value is the sum or the product of all the numbers, or it has the format example's
 shape (``example_action``, ``(1 + 2) * 3``) with other numbers: under ``use_all`` all three
 countdown_smol seeds settled on writing the given numbers into that shape, `(6 + 9) * 9`
-for a target of 6, which hits 10-15 % of instances blind.
+for a target of 6; on seed 0 that shape alone made its held-out success of 0.16.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ import numpy as np
 
 from cairn.envs._common import (
     EpisodeClock,
+    check_bool,
     check_choice,
     check_float,
     check_int_range,
@@ -356,13 +357,12 @@ class Countdown(TextEnv):
             )
         self._clock = EpisodeClock("countdown", max_steps)
         self.render = check_choice("render", render, _RENDERS)
-        for name, flag in (("allow_trivial", allow_trivial), ("use_all", use_all)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be True or False, got {flag!r}")
-        self.allow_trivial, self.use_all = allow_trivial, use_all
+        self.allow_trivial = check_bool("allow_trivial", allow_trivial)
+        self.use_all = check_bool("use_all", use_all)
+        self._rules = _TEXT_INSTRUCTION_ALL if use_all else _TEXT_INSTRUCTION
         if self.render == "text":
             self.example_observation = "Numbers: 1, 2, 3. Target: 9."
-            self.instruction = _TEXT_INSTRUCTION_ALL if use_all else _TEXT_INSTRUCTION
+            self.instruction = self._rules
         self.numbers: list[int] = []
         self.target = 0
         self._gold = ""
@@ -385,7 +385,7 @@ class Countdown(TextEnv):
                 "with the expression only."
             )
         else:  # the rules only: the same for every instance, so every prompt shares it
-            self.instruction = _TEXT_INSTRUCTION_ALL if self.use_all else _TEXT_INSTRUCTION
+            self.instruction = self._rules
         self._clock.start()
         return self._record(self._observation(None), valid=True, success=False)
 

@@ -34,7 +34,14 @@ from typing import Any
 
 from gymnasium.envs.toy_text.frozen_lake import MAPS, FrozenLakeEnv, generate_random_map
 
-from cairn.envs._common import EpisodeClock, check_choice, check_float, check_int, fresh_seed
+from cairn.envs._common import (
+    EpisodeClock,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    fresh_seed,
+)
 from cairn.envs.base import ReplaySnapshot, StepResult, TextEnv
 
 __all__ = ["ACTIONS", "FrozenLake", "FrozenLakeSnapshot"]
@@ -101,9 +108,7 @@ class FrozenLake(TextEnv):
         self.map_name = check_choice("map_name", map_name, _MAP_NAMES)
         self.map_size = check_int("map_size", map_size, 2, 32)
         self.frozen_prob = check_float("frozen_prob", frozen_prob, 1e-9, 1.0)
-        if not isinstance(is_slippery, bool):
-            raise ValueError(f"is_slippery must be True or False, got {is_slippery!r}")
-        self.is_slippery = is_slippery
+        self.is_slippery = check_bool("is_slippery", is_slippery)
         self.render = check_choice("render", render, _RENDERS)
         self.step_cost = check_float("step_cost", step_cost, 0.0, 1.0)
         self._clock = EpisodeClock("frozenlake", max_steps)

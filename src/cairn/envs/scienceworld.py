@@ -67,7 +67,7 @@ from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from scienceworld.constants import BASEPATH, ID2TASK, JAR_PATH
 from scienceworld.utils import infer_task
 
-from cairn.envs._common import EpisodeClock, check_choice, check_int, next_on_path
+from cairn.envs._common import EpisodeClock, check_bool, check_choice, check_int, next_on_path
 from cairn.envs._jvm import (
     JvmDied,
     acquire_jvm,
@@ -227,8 +227,7 @@ class ScienceWorld(TextEnv):
             "share_jvm": share_jvm,
         }  # fmt: skip
         for name, flag in flags.items():
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be True or False, got {flag!r}")
+            check_bool(name, flag)
         self.admissible, self.raw_score = admissible, raw_score
         self.deterministic, self.share_jvm = deterministic, share_jvm
         self._java_opts = (

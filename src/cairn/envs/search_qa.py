@@ -53,6 +53,7 @@ import numpy as np
 from cairn.agent.instructions import tool_schema
 from cairn.envs._common import (
     EpisodeClock,
+    check_bool,
     check_choice,
     check_int,
     check_int_choices,
@@ -171,9 +172,7 @@ class SearchQA(TextEnv):
         example_pool: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(example_pool, bool):
-            raise ValueError(f"example_pool must be True or False, got {example_pool!r}")
-        self.example_pool = example_pool
+        self.example_pool = check_bool("example_pool", example_pool)
         self.kb_seed = None if kb_seed is None else check_int("kb_seed", kb_seed, 0)
         self.kb_size = check_int("kb_size", kb_size, 3, 500)
         self.hops = check_int_choices("hops", hops, (1, 2, 3))

@@ -49,7 +49,7 @@ import textworld.challenges
 from textworld import EnvInfos, GameOptions
 from textworld.generator import compile_game, make_game
 
-from cairn.envs._common import EpisodeClock, check_choice, check_int, next_on_path
+from cairn.envs._common import EpisodeClock, check_bool, check_choice, check_int, next_on_path
 from cairn.envs.base import StepResult, TextEnv
 
 __all__ = [
@@ -102,12 +102,6 @@ _INFOS = EnvInfos(
 
 
 # -- settings ---------------------------------------------------------------------------------
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 def _check_coin_level(level: Any) -> None:
     check_int("settings['level']", level, 1, 300)
     rooms = ((level - 1) // 100 + 1) * ((level - 1) % 100 + 1)
@@ -124,7 +118,7 @@ def _check_cooking(s: dict[str, Any]) -> None:
     if s["go"] not in (1, 6, 9, 12) or isinstance(s["go"], bool):
         raise ValueError(f"settings['go'] must be 1, 6, 9 or 12 rooms, got {s['go']!r}")
     for key in ("open", "cook", "cut", "drop"):
-        _check_bool(f"settings[{key!r}]", s[key])
+        check_bool(f"settings[{key!r}]", s[key])
     check_int("settings['recipe_seed']", s["recipe_seed"], 0, 2**32 - 1)
     if s["split"] is not None:
         check_choice("settings['split']", s["split"], ("train", "valid", "test"))
@@ -285,7 +279,7 @@ class TextWorld(TextEnv):
             raise ValueError(f"cache_dir must be a path or None, got {cache_dir!r}")
         default = Path.home() / ".cache" / "cairn" / "textworld"
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default
-        self.raw_score = _check_bool("raw_score", raw_score)
+        self.raw_score = check_bool("raw_score", raw_score)
         self._clock = EpisodeClock("textworld", max_steps)
         self._env: Any = None
         self._path: Path | None = None

@@ -31,7 +31,7 @@ from typing import Any
 from py4j.java_gateway import JavaGateway
 from textworld_express.constants import BASEPATH, GAME_NAMES, JAR_PATH
 
-from cairn.envs._common import EpisodeClock, check_choice, check_int, next_on_path
+from cairn.envs._common import EpisodeClock, check_bool, check_choice, check_int, next_on_path
 from cairn.envs._jvm import start_jvm, stop_jvm
 from cairn.envs.base import StepResult, TextEnv
 
@@ -103,8 +103,7 @@ class TextWorldExpress(TextEnv):
         self.game = check_choice("game", game, GAMES)
         self.game_params = format_game_params(game_params)
         self.split = check_choice("split", split, SPLITS)
-        if not isinstance(raw_score, bool):
-            raise ValueError(f"raw_score must be True or False, got {raw_score!r}")
+        check_bool("raw_score", raw_score)
         self.raw_score = raw_score
         self._clock = EpisodeClock("twx", max_steps)
         self._gateway: JavaGateway | None = None

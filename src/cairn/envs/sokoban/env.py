@@ -27,6 +27,7 @@ import numpy as np
 from cairn.envs._common import (
     MAX_EPISODE_STEPS,
     EpisodeClock,
+    check_bool,
     check_choice,
     check_int,
     fresh_seed,
@@ -138,9 +139,7 @@ class Sokoban(TextEnv):
         example_pool: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(example_pool, bool):
-            raise ValueError(f"example_pool must be True or False, got {example_pool!r}")
-        self.example_pool = example_pool
+        self.example_pool = check_bool("example_pool", example_pool)
         self._moves: list[str] = []
         self._noops = 0
         self.max_steps = check_int("max_steps", max_steps, 1, MAX_EPISODE_STEPS)

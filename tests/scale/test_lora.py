@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("peft")
 
-from cairn.data.tokens import collate_scoring
+from cairn.data.tokens import TokenBatch, collate_scoring
 from cairn.policies import HFPolicy
 from cairn.policies.lora import (
     AdapterDisabled,
@@ -18,6 +19,7 @@ from cairn.policies.lora import (
     apply_lora,
     merged_state_dict,
     plain_model,
+    reference_logprobs,
     reference_model,
     trainable_parameters,
 )
@@ -73,6 +75,39 @@ def test_adapters_off_reference_is_the_untouched_base(tiny_policy, compact_env):
         adapted = policy.model(input_ids=ids).logits
     assert not torch.allclose(adapted, base(input_ids=ids).logits, atol=1e-4)
     assert policy.model.training is False  # the reference restores the mode it found
+
+
+def test_adapters_off_reference_logprobs_take_the_fast_scoring_path(tiny_policy, compact_env):
+    """The KL reference's log-probs of a LoRA run equal the untouched base model's, and are
+    scored through the decoder + head path (shared prefixes, head on actions only), never
+    the whole-model fallback that the wrapper alone would get."""
+    base = HFPolicy(copy.deepcopy(tiny_policy.model).eval(), tiny_policy.tokenizer)
+    policy = _lora_policy(tiny_policy)
+    _train_steps(policy, compact_env)  # adapters non-zero: switching them off matters
+    prompts = _prompts(policy, compact_env, 4)
+    prompts = [prompts[0], prompts[0], prompts[1], prompts[2]]  # a shared prompt, too
+    actions = [[5, 6, 7], [5, 8], [9], [10, 11, 12, 13]]
+    tokens = TokenBatch(
+        prompt_ids=prompts, action_ids=actions, old_logprobs=[[0.0] * len(a) for a in actions],
+        advantages=np.zeros(4), allowed=[None] * 4, pad_id=policy.pad_id,
+    )  # fmt: skip
+    policy.model.train()
+
+    def no_fallback(*args, **kwargs):
+        raise AssertionError("the reference took the whole-model scoring path")
+
+    mp = pytest.MonkeyPatch()
+    with mp.context() as m:
+        m.setattr(HFPolicy, "_score_logits", no_fallback)
+        ref = reference_logprobs(policy, reference_model(policy.model), tokens, 0.8)
+    expected = reference_logprobs(base, base.model, tokens, 0.8)  # a plain model: no adapters
+    assert [len(r) for r in ref] == [3, 2, 1, 4]
+    for got, want in zip(ref, expected, strict=True):
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=1e-5, rtol=0)
+    adapted = reference_logprobs(policy, policy.model, tokens, 0.8)  # adapters on: differs
+    flat = [torch.tensor([x for row in rows for x in row]) for rows in (adapted, expected)]
+    assert (flat[0] - flat[1]).abs().max() > 1e-4
+    assert policy.model.training  # the mode it found
 
 
 def test_full_finetune_reference_is_a_frozen_copy(tiny_policy):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -178,15 +178,27 @@ class AdapterDisabled(torch.nn.Module):
     def config(self) -> Any:
         return self._adapted.config
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    @property
+    def adapted(self) -> AdaptedModel:
+        """The adapted model this reference switches the adapters of."""
+        return self._adapted
+
+    @contextmanager
+    def switched_off(self) -> Iterator[AdaptedModel]:
+        """The adapted model in eval mode with its adapters off and no gradients: inside,
+        it computes the base policy (its mode is restored on exit)."""
         model = self._adapted
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad(), model.disable_adapter():
-                return model(*args, **kwargs)
+                yield model
         finally:
             model.train(was_training)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.switched_off() as model:
+            return model(*args, **kwargs)
 
 
 @torch.no_grad()
@@ -194,14 +206,25 @@ def reference_logprobs(
     policy: Any, ref_model: torch.nn.Module, tokens: Any, temperature: float
 ) -> list[list[float]]:
     """Per-row action log-probs under ``ref_model`` (the KL reference), scored like
-    ``policy`` scores, in chunks of about 1024 rows: one list per token-batch row."""
-    ref = policy.with_model(ref_model)
+    ``policy`` scores, in chunks of about 1024 rows: one list per token-batch row.
+
+    An ``AdapterDisabled`` reference is scored as the adapted model with its adapters
+    switched off, so scoring keeps its fast path (shared prompt prefixes, the output head on
+    response positions only); through the wrapper, whose forward is all it shows, scoring
+    would run the whole model and its output head over every row's full context.
+    """
+    if isinstance(ref_model, AdapterDisabled):
+        scope: AbstractContextManager[Any] = ref_model.switched_off()
+        ref = policy.with_model(ref_model.adapted)
+    else:
+        scope, ref = nullcontext(), policy.with_model(ref_model)
     out: list[list[float]] = []
-    for idx in np.array_split(np.arange(len(tokens)), max(1, len(tokens) // 1024)):
-        logp, _ = ref.score(tokens.minibatch(idx).inputs, temperature, with_entropy=False)
-        for row, i in enumerate(idx):
-            k = len(tokens.action_ids[i])
-            out.append(logp[row, logp.shape[1] - k :].tolist() if k else [])
+    with scope:
+        for idx in np.array_split(np.arange(len(tokens)), max(1, len(tokens) // 1024)):
+            logp, _ = ref.score(tokens.minibatch(idx).inputs, temperature, with_entropy=False)
+            for row, i in enumerate(idx):
+                k = len(tokens.action_ids[i])
+                out.append(logp[row, logp.shape[1] - k :].tolist() if k else [])
     return out
 
 

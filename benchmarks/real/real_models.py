@@ -96,7 +96,14 @@ def resummarize(folder: Path) -> dict | None:
 
 def summarize(folder: Path, preset: str, seed: int, peak_gib: float, wall: float) -> dict:
     """The numbers of one finished run folder (module docstring)."""
-    (run,) = [p for p in folder.iterdir() if (p / "summary.json").is_file()]
+    return summarize_run(_run_of(folder), preset, seed, peak_gib, wall)
+
+
+def summarize_run(
+    run: Path, preset: str, seed: int, peak_gib: float | None, wall: float | None
+) -> dict:
+    """The numbers of one finished run directory (``summary.json``, ``metrics.jsonl``);
+    ``preset`` is its row's label; a peak RSS or wall time not measured is None."""
     summary = json.loads((run / "summary.json").read_text())
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
     rows = [r for r in rows if "rollout/format_error_rate" in r]
@@ -107,7 +114,8 @@ def summarize(folder: Path, preset: str, seed: int, peak_gib: float, wall: float
     return {
         "preset": preset, "seed": seed, "iterations": summary["iterations"],
         "episodes": summary["episodes"], "train_seconds": summary["train_seconds"],
-        "wall_seconds": round(wall, 1), "peak_rss_gib": round(peak_gib, 2),
+        "wall_seconds": None if wall is None else round(wall, 1),
+        "peak_rss_gib": None if peak_gib is None else round(peak_gib, 2), "run": str(run),
         "success_before": before["eval/success"], "success_after": after["eval/success"],
         "eval_format_before": before["eval/format_error_rate"],
         "eval_format_after": after["eval/format_error_rate"],
@@ -208,9 +216,16 @@ def _cell(value: object) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def plot(results: list[dict], out: Path, path: Path) -> None:
+def _run_of(folder: Path) -> Path:
+    """The one finished run directory inside a seed's folder."""
+    (run,) = [p for p in folder.iterdir() if (p / "summary.json").is_file()]
+    return run
+
+
+def plot(results: list[dict], out: Path, path: Path, share_y: bool = False) -> None:
     """Per preset, one panel each of held-out greedy success, sampled success, policy
-    entropy and the task-blind share against training seconds, a line per seed."""
+    entropy and the task-blind share against training seconds, a line per seed
+    (``share_y``: one y scale per column, for rows that are arms of a comparison)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -223,10 +238,13 @@ def plot(results: list[dict], out: Path, path: Path) -> None:
         ("actor/entropy", "policy entropy"),
         ("rollout/task_blind", "task-blind share"),
     ]
-    fig, axes = plt.subplots(len(presets), 4, figsize=(16, 3.4 * len(presets)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(presets), 4, figsize=(16, 3.4 * len(presets)), squeeze=False,
+        sharey="col" if share_y else False,
+    )  # fmt: skip
     for row, preset in zip(axes, presets, strict=True):
         for r in (r for r in results if r["preset"] == preset):
-            (run,) = [p for p in (out / f"{preset}-s{r['seed']}").iterdir() if p.is_dir()]
+            run = Path(r["run"]) if "run" in r else _run_of(out / f"{preset}-s{r['seed']}")
             rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
             minutes = {m["iteration"]: m.get("time/train_seconds", 0.0) / 60 for m in rows}
             minutes[0] = 0.0  # the untrained model's evaluation (summary only, no row)

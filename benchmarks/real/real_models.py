@@ -266,10 +266,14 @@ def plot(results: list[dict], out: Path, path: Path, share_y: bool = False) -> N
     plt.close(fig)
 
 
+def kept_reading(path: Path) -> str:
+    """The hand-written reading of the record at ``path`` (a placeholder where none is)."""
+    found = READING.search(path.read_text()) if path.is_file() else None
+    return found.group(1) if found else "(to be written after reading the runs)\n"
+
+
 def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
-    old = args.record.read_text() if args.record.is_file() else ""
-    found = READING.search(old)
-    reading = found.group(1) if found else "(to be written after reading the runs)\n"
+    reading = kept_reading(args.record)
     cmd = (
         f"nice python benchmarks/real/real_models.py --budget {args.budget:g} --jobs {args.jobs} "
         f"--seeds {' '.join(map(str, args.seeds))}"

@@ -77,7 +77,9 @@ def test_adapters_off_reference_is_the_untouched_base(tiny_policy, compact_env):
     assert policy.model.training is False  # the reference restores the mode it found
 
 
-def test_adapters_off_reference_logprobs_take_the_fast_scoring_path(tiny_policy, compact_env):
+def test_adapters_off_reference_logprobs_take_the_fast_scoring_path(
+    tiny_policy, compact_env, monkeypatch
+):
     """The KL reference's log-probs of a LoRA run equal the untouched base model's, and are
     scored through the decoder + head path (shared prefixes, head on actions only), never
     the whole-model fallback that the wrapper alone would get."""
@@ -96,10 +98,8 @@ def test_adapters_off_reference_logprobs_take_the_fast_scoring_path(tiny_policy,
     def no_fallback(*args, **kwargs):
         raise AssertionError("the reference took the whole-model scoring path")
 
-    mp = pytest.MonkeyPatch()
-    with mp.context() as m:
-        m.setattr(HFPolicy, "_score_logits", no_fallback)
-        ref = reference_logprobs(policy, reference_model(policy.model), tokens, 0.8)
+    monkeypatch.setattr(HFPolicy, "_score_logits", no_fallback)
+    ref = reference_logprobs(policy, reference_model(policy.model), tokens, 0.8)
     expected = reference_logprobs(base, base.model, tokens, 0.8)  # a plain model: no adapters
     assert [len(r) for r in ref] == [3, 2, 1, 4]
     for got, want in zip(ref, expected, strict=True):

@@ -103,8 +103,7 @@ class TextWorldExpress(TextEnv):
         self.game = check_choice("game", game, GAMES)
         self.game_params = format_game_params(game_params)
         self.split = check_choice("split", split, SPLITS)
-        check_bool("raw_score", raw_score)
-        self.raw_score = raw_score
+        self.raw_score = check_bool("raw_score", raw_score)
         self._clock = EpisodeClock("twx", max_steps)
         self._gateway: JavaGateway | None = None
         self._entry: Any = None

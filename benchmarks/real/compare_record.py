@@ -34,9 +34,15 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(HERE))
 
-from real_models import kept_reading, per_seed, plot, summarize_run, table  # noqa: E402
+from real_models import (  # noqa: E402
+    kept_reading,
+    per_seed,
+    plot,
+    summarize_run,
+    table,
+    threads_of,
+)
 
-from cairn.data import rundir  # noqa: E402
 from cairn.train.records import mean_ci, write_record  # noqa: E402
 
 
@@ -75,15 +81,6 @@ def headline(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def threads_of(results: dict[str, list[dict]]) -> str:
-    """The runs' ``train.threads`` in words (`cairn compare --jobs` > 1 sets 1 per run)."""
-    found = {rundir.read_config(Path(r["run"]))["train"]["threads"]
-             for rs in results.values() for r in rs}  # fmt: skip
-    if found == {1}:
-        return "one thread per run"
-    return f"train.threads {', '.join(sorted(map(str, found)))} (null: every core) per run"
-
-
 def record(results: dict[str, list[dict]], args: argparse.Namespace, png: str) -> str:
     reading = kept_reading(args.record)
     flat = [r for rs in results.values() for r in rs]
@@ -96,7 +93,7 @@ Command: `{args.command}`, then `python benchmarks/real/compare_record.py {args.
 --record {args.record.relative_to(ROOT)}` for this file. Greedy evaluation of the untrained
 model first and of the trained one at the end, on the presets' held-out seeds; training
 time per run is `train.time_budget_s`, evaluation excluded.
-Machine: 2 CPU cores, torch CPU, {threads_of(results)}; {args.load}.
+Machine: 2 CPU cores, torch CPU, {threads_of(flat)}; {args.load}.
 
 {headline(results)}
 

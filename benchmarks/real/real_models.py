@@ -44,10 +44,12 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from cairn.data import rundir  # noqa: E402
 from cairn.train.records import write_record  # noqa: E402
 
 PRESETS = ("countdown_smol", "sokoban_smol", "search_qa_smol")
 RECORD = ROOT / "benchmarks" / "results" / "real" / "real_models.md"
+TITLE = "The embedded real model (SmolLM2-135M-Instruct, LoRA) before and after RL"
 READING = re.compile(r"<!-- reading -->\n(.*?)<!-- /reading -->", re.DOTALL)
 _RUN = (
     "import resource, sys; from cairn.cli import main; rc = main(sys.argv[1:]); "
@@ -272,6 +274,19 @@ def kept_reading(path: Path) -> str:
     return found.group(1) if found else "(to be written after reading the runs)\n"
 
 
+def threads_of(results: list[dict]) -> str:
+    """The runs' ``train.threads`` in words (read from their configs)."""
+    found = {rundir.read_config(Path(r["run"])).get("train", {}).get("threads") for r in results}
+    if not found:
+        return "no runs"
+    if found == {1}:
+        return "one thread per run"
+    if found == {None}:
+        return "every core per run (train.threads null)"
+    words = sorted("null" if t is None else str(t) for t in found)
+    return f"train.threads {', '.join(words)} per run (null: every core)"
+
+
 def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
     reading = kept_reading(args.record)
     cmd = (
@@ -283,14 +298,13 @@ def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
     if args.record != RECORD:
         cmd += f" --record {args.record.relative_to(ROOT)}"
     cmd += "".join(f" --set {kv}" for kv in args.set)
-    return f"""# The embedded real model (SmolLM2-135M-Instruct, LoRA) before and after RL
+    return f"""# {args.title}
 
 Command: `{cmd}` (each run: `cairn train PRESET --set seed=S --set
 train.time_budget_s={args.budget:g} --set eval.every=0` and the command's `--set`s after
 those, greedy evaluation of the untrained model first and of the trained one at the end).
-Machine: 2 CPU cores, torch CPU, 1 thread per run unless a `--set train.threads` says
-otherwise; {load}. Mean (min-max) over seeds; held-out instances are the presets' eval
-seeds.
+Machine: 2 CPU cores, torch CPU, {threads_of(results)}; {load}.
+Mean (min-max) over seeds; held-out instances are the presets' eval seeds.
 
 {table(results)}
 
@@ -317,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", default="", help="what else ran, for the record")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--record", type=Path, default=RECORD, help="the record file to write")
+    p.add_argument("--title", default=TITLE, help="the record's heading")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run"
     )

@@ -125,9 +125,22 @@ def test_overrides_reach_every_run_and_the_record(tmp_path, monkeypatch):
     assert cmd[cmd.index("seed=2") - 1] == "--set"
     args = mod.argparse.Namespace(
         budget=60.0, jobs=3, seeds=[0], presets=["sokoban_smol"],
-        record=mod.RECORD, set=["model.dtype=bfloat16"],
+        record=mod.RECORD, set=["model.dtype=bfloat16"], title=mod.TITLE,
     )  # fmt: skip
     assert "--set model.dtype=bfloat16`" in mod.record([], args, "3 run(s) at once")
+
+
+def test_the_record_states_the_threads_of_the_runs_configs(tmp_path):
+    mod = _bench()
+    runs = []
+    for name, threads in [("a", 1), ("b", None), ("c", 1)]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(f"train: {{threads: {threads or 'null'}}}\n")
+        runs.append({"run": str(tmp_path / name)})
+    assert mod.threads_of([runs[0], runs[2]]) == "one thread per run"
+    assert mod.threads_of([runs[1]]) == "every core per run (train.threads null)"
+    assert mod.threads_of(runs) == "train.threads 1, null per run (null: every core)"
+    assert mod.threads_of([]) == "no runs"
 
 
 def test_task_blind_shares_are_read_where_logged(tmp_path):

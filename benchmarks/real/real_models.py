@@ -326,7 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--presets", nargs="+", default=list(PRESETS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--budget", type=float, default=600.0, help="training seconds per run")
-    p.add_argument("--jobs", type=int, default=1, help="runs at once (one core each)")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="runs at once (--set train.threads=1: a core each)"
+    )
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "real")
     p.add_argument("--load", default="", help="what else ran, for the record")
     p.add_argument("--report-only", action="store_true")

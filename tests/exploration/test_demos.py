@@ -165,3 +165,41 @@ def test_free_text_demo_writes_the_action_format_in_the_rollout_chat_prompts(fmt
     ref = rollout(replay, [env], tasks_for_groups([4], 1), prompt, settings)[0]
     assert [s.prompt_ids for s in ref.steps] == [s.prompt_ids for s in demo.steps]
     assert ref.success and [s.action for s in ref.steps] == plan
+
+
+def test_demonstrations_replay_the_task_of_the_rollouts_envs_not_the_configs():
+    """With a curriculum the rollout's envs take the level's options, under which a seed
+    gives another task (search_qa draws its hops from the seed): a demonstration answers
+    the group's own question, and follows the pool when the level changes."""
+    from cairn.data.episode import Episode
+    from cairn.exploration.config import DemosSection
+    from cairn.exploration.hooks import DemosHook
+    from cairn.rollout import EnvFactory, RolloutContext
+    from cairn.rollout.envpool import EnvPool
+
+    base = {"kb_seed": 0, "kb_size": 6, "max_steps": 4}
+    config, level = {**base, "hops": [1, 2]}, {**base, "hops": [1]}
+    probe = make("search_qa", **config)
+    tok = local_tokenizer(probe, probe.instruction, kind="word")
+    model = build_tiny_model(tiny_config(len(tok), pad_token_id=tok.pad_token_id), seed=0)
+    policy = HFPolicy(model, tok)
+    settings = RolloutSettings(restrict_to_admissible=False, max_new_tokens=8)
+    hook = DemosHook(
+        DemosSection(enabled=True, source="solver", n_off=1), policy, PromptBuilder(),
+        EnvFactory.of("search_qa", **config),
+    )  # fmt: skip
+    seed = next(s for s in range(50) if _answer(config, s) != _answer(level, s))
+    for options in (level, config):  # the level's envs, then the config's (a level raised)
+        pool = EnvPool(EnvFactory.of("search_qa", **options))
+        ctx = RolloutContext(policy, pool, PromptBuilder(), settings)
+        played = [Episode(id=0, group=0, task=seed)]
+        (demo,) = hook.after_collect(ctx, played)[1:]
+        assert demo.success and demo.steps[-1].action == f"answer [ {_answer(options, seed)} ]"
+        pool.close()
+    hook.close()
+
+
+def _answer(options: dict, seed: int) -> str:
+    env = make("search_qa", **options)
+    env.reset(seed=seed)
+    return env.answer

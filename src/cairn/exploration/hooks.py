@@ -210,8 +210,10 @@ class VariantsHook(Hook):
 
 
 class DemosHook(Hook):
-    """LUFFY: ``n_off`` demonstrations of each group's task, replayed in an env of the run's
-    env factory (with LADDER: in the rollout's pool, whose envs hold the stage's problems)."""
+    """LUFFY: ``n_off`` demonstrations of each group's task, replayed in an env built as the
+    rollout's envs are (its pool's ``factory``: a curriculum's level, whose options change
+    the task a seed gives, included); with LADDER in the rollout's pool itself, whose envs
+    hold the stage's problems."""
 
     def __init__(
         self,
@@ -232,8 +234,11 @@ class DemosHook(Hook):
     def after_collect(self, ctx: RolloutContext, episodes: list[Episode]) -> list[Episode]:
         from cairn.exploration.demos import mix_demos
 
-        if self._demo_envs is None:
-            self._demo_envs = EnvPool(self.env_factory)
+        factory = getattr(ctx.envs, "factory", self.env_factory)
+        if self._demo_envs is None or self._demo_envs.factory != factory:
+            if self._demo_envs is not None:
+                self._demo_envs.close()
+            self._demo_envs = EnvPool(factory)
         stats = getattr(ctx.envs, "faults", None)
         if stats is not None:  # demonstration faults count with the rollout's
             self._demo_envs.faults = stats

@@ -669,6 +669,7 @@ class WorkerPool:
         start_method: str | None = None,
     ):
         """``start_method``: of the process backend's workers (default fork, else spawn)."""
+        self.factory = factory  # what each worker builds its envs with
         if not (isinstance(workers, int) and workers > 0):
             raise ValueError(f"workers must be a positive integer, got {workers!r}")
         if backend not in BACKENDS:

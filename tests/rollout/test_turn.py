@@ -163,3 +163,41 @@ def test_a_branch_keeps_the_drawn_example_but_not_the_parents_judgement():
     parent.meta["task_blind"] = True  # the parent ended task-blind
     child = clone_prefix(parent, 0)
     assert child.meta["demonstration"] == [("o", "up")] and "task_blind" not in child.meta
+
+
+def test_show_admissible_lists_the_current_actions_after_the_observation():
+    from cairn.rollout.turn import ADMISSIBLE_HEADER, shown_observation
+
+    state = ("You are in the kitchen. \n", {"admissible": ["look around", "move east"]})
+    listed = replace(SETTINGS, show_admissible=True)
+    assert shown_observation(state, listed) == (
+        "You are in the kitchen.\nAdmissible actions:\nlook around\nmove east"
+    )
+    assert ADMISSIBLE_HEADER == "Admissible actions:"
+    assert shown_observation(state, SETTINGS) == state[0]  # off: the env's text as it is
+    for none in ({"admissible": None}, {"admissible": []}, {}):  # an env that lists none
+        assert shown_observation(("obs", none), listed) == "obs"
+
+
+def test_listed_actions_reach_rollout_and_demonstration_prompts_alike(demo_policy):
+    # Only the current turn lists them: history shows the earlier observation alone.
+    env = make("sokoban", **DEMO)
+    settings = replace(SETTINGS, show_admissible=True)
+    prompt = PromptBuilder(history=1)
+    obs, info = env.reset(seed=7)
+    plan = env.solve()
+    demo = demo_episode(
+        env, 7, plan, policy=demo_policy, prompt=prompt, settings=settings, episode_id=0, group=0
+    )
+    actions = "\n".join(info["admissible"])
+    first = prompt.build(env.instruction, [], f"{obs.rstrip()}\nAdmissible actions:\n{actions}")
+    assert demo.steps[0].prompt_ids == demo_policy.encode(first)
+    env.reset(seed=7)
+    obs1, _, _, _, info1 = env.step(plan[0])
+    shown1 = f"{obs1.rstrip()}\nAdmissible actions:\n" + "\n".join(info1["admissible"])
+    second = prompt.build(env.instruction, [(obs, plan[0])], shown1)  # the past turn unlisted
+    assert demo.steps[1].prompt_ids == demo_policy.encode(second)
+    rolled = Episode(id=1, group=0, task=7)
+    play(demo_policy, [env], [rolled], [env.reset(seed=7)], prompt, settings)
+    assert rolled.steps[0].prompt_ids == demo.steps[0].prompt_ids
+    assert rolled.steps[0].observation == obs  # the step keeps the env's own observation

@@ -8,8 +8,9 @@ probability taken as 1): ``Episode.source = 1`` sets the token batch's ``off_pol
 
 A demonstration is an action sequence *replayed* in the env from the group's seed, so its
 steps have the very prompts, observations, rewards and anchors an on-policy episode would
-have (the rollout's own prompt path, ``cairn.agent.fit_prompt`` with the instruction of
-``cairn.rollout.turn.instruction_for``, ``agent.instruction`` included: chat prompts
+have (the rollout's own prompt path, ``cairn.rollout.turn.turn_prompt``: the instruction
+of ``instruction_for``, ``agent.instruction`` included, the observation of
+``shown_observation``, the episode's task keys (``turn.start``); chat prompts
 token-in/token-out with the earlier demo turns' ids spliced in, the context budget), and
 its action ids are what the policy would emit for those actions: the admissible-choice
 restriction included, so the shaped probability p is the one the restricted policy
@@ -32,13 +33,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cairn.agent import ContextOverflow, PromptBuilder, Turn, fit_prompt, format_completion
+from cairn.agent import PromptBuilder, format_completion
 from cairn.data.episode import Episode, Source, Step
-from cairn.data.events import EndReason, EpisodeEnd
 from cairn.envs import TextEnv
 from cairn.exploration.registries import SOURCES
+from cairn.rollout import turn
 from cairn.rollout.envpool import EnvFault
-from cairn.rollout.turn import episode_prompt, instruction_for
 
 if TYPE_CHECKING:
     from cairn.policies.hf import HFPolicy
@@ -169,20 +169,12 @@ def demo_episode(
     action. A prompt over the context budget ends the demonstration unsuccessful."""
     obs, info = env.reset(seed=seed)
     e = Episode(id=episode_id, group=group, task=int(seed), source=SOURCE_DEMO)
+    turn.start(e, info)  # the task keys, as the rollout keeps them
     eos = getattr(policy, "eos_id", None)
     unk = getattr(getattr(policy, "tokenizer", None), "unk_token_id", None)
-    tools_in_template = getattr(prompt, "renders_tools", False)
-    prompt = episode_prompt(prompt, info.get("demonstration"), env, settings)  # as the rollout
     for action in actions:
-        past = [Turn(s.observation, s.action, s.action_ids) for s in e.steps]
-        instruction = instruction_for(env, settings, tools_in_template)  # as the rollout's
-        try:
-            fitted = fit_prompt(
-                prompt, policy.encode, eos, instruction, past, obs, settings.context_budget
-            )
-        except ContextOverflow as err:
-            e.events.end = EpisodeEnd(EndReason.CONTEXT_OVERFLOW, len(e.steps), str(err))
-            e.truncated = True
+        prompt_ids = turn.turn_prompt(e, env, (obs, info), prompt, policy.encode, eos, settings)
+        if prompt_ids is None:  # over the context budget: ends the demonstration, failed
             break
         choices = info.get("admissible") if settings.restrict_to_admissible else None
         completion = action
@@ -206,7 +198,7 @@ def demo_episode(
             t=len(e.steps), observation=obs, anchor=info.get("anchor", obs), action=action,
             completion=completion, reward=float(reward), valid=valid,
             penalty=0.0 if valid else settings.invalid_penalty,
-            prompt_ids=fitted.ids, action_ids=ids, logprobs=[0.0] * len(ids), allowed=allowed,
+            prompt_ids=prompt_ids, action_ids=ids, logprobs=[0.0] * len(ids), allowed=allowed,
         )  # fmt: skip
         if valid and nxt_info.get("no_progress", False):  # as the rollout does
             step.penalty = getattr(settings, "no_progress_penalty", 0.0)

@@ -251,9 +251,7 @@ def _prompts(
     kept, ids = [], []
     eos = getattr(policy, "eos_id", None)
     for i in active:
-        p = turn.turn_prompt(
-            episodes[i], envs[i], states[i][0], prompt, policy.encode, eos, settings
-        )
+        p = turn.turn_prompt(episodes[i], envs[i], states[i], prompt, policy.encode, eos, settings)
         if p is not None:
             kept.append(i)
             ids.append(p)

@@ -33,3 +33,4 @@ class RolloutSettings:
         False  # append the answer format of action_format (agent.describe_format)
     )
     response_prefix: str = ""  # agent.response_prefix: opens every reply, in the prompt
+    show_admissible: bool = False  # agent.show_admissible: list the env's actions (turn.py)

@@ -5,9 +5,10 @@ both. A turn, in order:
 
     start        (once) the reset info's task keys (``TASK_INFO_KEYS``) onto the episode
     turn_prompt  the prompt ids: ``fit_prompt`` with ``instruction_for``'s instruction
-                 within ``settings.context_budget`` (old turns dropped to fit are listed in
-                 ``events.context_dropped``); a prompt that cannot fit ends the episode,
-                 failed and truncated (``events.end``: a context overflow): None
+                 and ``shown_observation``'s observation within ``settings.context_budget``
+                 (old turns dropped to fit are listed in ``events.context_dropped``); a
+                 prompt that cannot fit ends the episode, failed and truncated
+                 (``events.end``: a context overflow): None
     [generate]   by the caller: batched in ``play``, one request at a time in verl
     parse        the completion's action (``action_pattern``, else ``action_format``); None
                  when it has none, and the env then steps with the empty action
@@ -33,6 +34,13 @@ exchange with it (``episode_prompt``), so no single answer is shown in every pro
 ``instruction_for``: the instruction a prompt starts with: ``agent.instruction`` when set,
 else the env's (which may change on reset), followed by the answer format of
 ``agent.action_format`` when ``agent.describe_format`` is on.
+
+``shown_observation``: the current observation as the prompt shows it. With
+``agent.show_admissible`` the env's admissible actions (``info["admissible"]``) follow it,
+one per line, as GiGPO's prompts list ALFWorld's (arXiv 2505.10978, verl-agent): a model
+that writes free text then chooses among the actions instead of guessing their wording.
+Only the current turn lists them; earlier turns in the history show their observation
+alone, and the step's ``observation`` and ``anchor`` stay the env's own.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ if TYPE_CHECKING:
     from cairn.rollout.settings import RolloutSettings
 
 __all__ = [
+    "ADMISSIBLE_HEADER",
     "ENV_COLUMNS",
     "TASK_INFO_KEYS",
     "Completion",
@@ -65,6 +74,7 @@ __all__ = [
     "instruction_for",
     "parse",
     "record",
+    "shown_observation",
     "start",
     "turn_prompt",
 ]
@@ -76,6 +86,8 @@ ENV_COLUMNS = ("info_gain",)
 
 #: (observation, info): where an episode stands before its next turn.
 State = tuple[str, dict[str, Any]]
+#: The line that opens the list of admissible actions (``shown_observation``).
+ADMISSIBLE_HEADER = "Admissible actions:"
 
 
 class Completion(Protocol):
@@ -113,6 +125,17 @@ def episode_prompt(prompt: Any, demonstration: Any, env: TextEnv, settings: Roll
     return swap(tuple((obs, example_completion(fmt, a, tools)) for obs, a in demonstration))
 
 
+def shown_observation(state: State, settings: RolloutSettings) -> str:
+    """The observation of ``state`` as the prompt shows it: with ``settings.show_admissible``
+    and an env that lists its actions, followed by ``ADMISSIBLE_HEADER`` and one action a
+    line (module docstring)."""
+    observation, info = state
+    actions = info.get("admissible") if settings.show_admissible else None
+    if not actions:
+        return observation
+    return "\n".join((observation.rstrip(), ADMISSIBLE_HEADER, *actions))
+
+
 def start(episode: Episode, info: dict[str, Any]) -> None:
     """Keep the reset ``info``'s task keys (``TASK_INFO_KEYS``) on ``episode``."""
     episode.meta.update({k: info[k] for k in TASK_INFO_KEYS if k in info})
@@ -121,15 +144,16 @@ def start(episode: Episode, info: dict[str, Any]) -> None:
 def turn_prompt(
     episode: Episode,
     env: TextEnv,
-    observation: str,
+    state: State,
     prompt: Any,
     encode: Callable[[str], list[int]],
     eos_id: int | None,
     settings: RolloutSettings,
 ) -> list[int] | None:
-    """The prompt ids of ``episode``'s next turn on ``observation`` (``prompt``: a
+    """The prompt ids of ``episode``'s next turn in ``state`` (``prompt``: a
     ``PromptBuilder`` or a wrapper with its ``build``), or None when even the shortest
     prompt exceeds the context budget: the episode then ends there (module docstring)."""
+    observation = shown_observation(state, settings)
     past = [Turn(s.observation, s.action, s.action_ids) for s in episode.steps]
     instruction = instruction_for(env, settings, getattr(prompt, "renders_tools", False))
     prompt = episode_prompt(prompt, episode.meta.get("demonstration"), env, settings)

@@ -133,7 +133,7 @@ async def play_episode(
 
     while True:
         prompt_ids = turn.turn_prompt(
-            episode, env, obs, prompt, encode, tokenizer.eos_token_id, settings
+            episode, env, (obs, info), prompt, encode, tokenizer.eos_token_id, settings
         )
         if prompt_ids is None:
             return episode, tokens

@@ -55,8 +55,9 @@ HEADER = (
 
 
 def levels(cfg: Config) -> list[tuple[str, dict[str, Any]]]:
-    """(label, env options) per curriculum level, then the held-out ``env.options``."""
-    base = dict(cfg.env.options)
+    """(label, env options) per curriculum level, then the held-out ``env.options`` (each
+    over ``eval.env_options``: a test split stays the test split)."""
+    base = cfg.eval_env_options()
     out = [
         (f"level {k}: {json.dumps(level) if level else 'held-out options'}", {**base, **level})
         for k, level in enumerate(cfg.curriculum.options.get("levels", []))

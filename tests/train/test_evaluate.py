@@ -172,3 +172,24 @@ def test_eval_racing_pruning_names_the_prune_not_the_model_path(tmp_path, monkey
     with pytest.raises(ev.CheckpointPruned, match=r"was pruned while it was read .*keep=1") as err:
         ev.evaluate_run(run, episodes=2)
     assert "model.path" not in str(err.value)
+
+
+def test_held_out_envs_take_eval_env_options_over_env_options(tmp_path):
+    """``eval.env_options`` (e.g. a test split) build the held-out envs of the trainer and of
+    ``cairn eval``; training keeps ``env.options``; a bad one fails at load naming the key."""
+    from cairn._errors import ConfigError
+    from cairn.train.evaluate import open_checkpoint
+
+    cfg = load_config(None, [*TINY, "eval.env_options={max_steps: 7}"])
+    assert cfg.eval_env_options() == {**cfg.env.options, "max_steps": 7}
+    assert cfg.env.options["max_steps"] == 15  # the demo's, for training
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        assert trainer.parts.eval_envs.factory.options["max_steps"] == 7
+        assert trainer.parts.train_envs.factory.options["max_steps"] == 15
+    finally:
+        trainer.parts.close()
+    with open_checkpoint(cfg, None) as (_, envs, _):
+        assert envs.factory.options["max_steps"] == 7
+    with pytest.raises(ConfigError, match=r"eval\.env_options.*max_steps"):
+        load_config(None, ["eval.env_options={max_steps: 0}"])

@@ -70,7 +70,7 @@ def greedy_eval(
 def open_checkpoint(cfg: Config, checkpoint: Path) -> Iterator[tuple[HFPolicy, Any, PromptBuilder]]:
     """(policy, env pool, prompt builder) of ``checkpoint``, read-only: weights and tokenizer
     only, no resuming Trainer; the envs are closed on exit."""
-    factory = EnvFactory.of(cfg.env.name, **cfg.env.options)
+    factory = EnvFactory.of(cfg.env.name, **cfg.eval_env_options())
     r = cfg.rollout  # an env fault drops its episode, as in the trainer's own evaluation
     envs = make_env_pool(factory, r.workers, r.worker_backend, r.env_timeout_s)
     try:

@@ -156,10 +156,12 @@ def build_parts(cfg: Config, run_dir: Path, dist: Dist, ckpt: Path | None) -> Tr
     env_factory = EnvFactory.of(cfg.env.name, **cfg.env.options)  # workers: registration too
     r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool
     workers = (r.workers, r.worker_backend, r.env_timeout_s, r.max_env_error_rate)
-    # A curriculum trains at its level's env options; evaluation keeps env.options.
+    # A curriculum trains at its level's env options; evaluation keeps env.options (with
+    # eval.env_options over them: a test split).
     curriculum = make_curriculum(cfg.curriculum.name, cfg.curriculum.options)
     train_envs = make_env_pool(_train_factory(env_factory, curriculum), *workers)
-    eval_envs = make_env_pool(env_factory, *workers)
+    eval_factory = EnvFactory.of(cfg.env.name, **cfg.eval_env_options())
+    eval_envs = make_env_pool(eval_factory, *workers)
     probe = (train_envs if curriculum is None else eval_envs).take(1)[0]
     policy, engine, prompt = build_policy_engine(cfg, probe, run_dir, dist, ckpt)
     loss_cfg = LossConfig(**cfg.model_dump()["loss"])

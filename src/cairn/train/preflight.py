@@ -89,6 +89,8 @@ def _cheap_checks(cfg: Config) -> Iterator[_Check]:
 
     # unknown keys, then values: the env is built once and closed
     yield "env", {}, lambda: ENVS.probe(cfg.env.name, cfg.env.options)
+    if cfg.eval.env_options:
+        yield "eval.env_options", {}, lambda: ENVS.probe(cfg.env.name, cfg.eval_env_options())
     yield "model.path", cfg.model.path, lambda: _model_path_shape(cfg.model.path)
     yield "advantage", {}, lambda: _estimator(cfg.advantage.name, cfg.advantage.options)
     for i, spec in enumerate(cfg.rewards):

@@ -205,7 +205,7 @@ TINY_MODEL_KEYS = (
 
 
 class AgentConfig(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("no_progress_penalty",)
+    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("no_progress_penalty", "show_admissible")
     instruction: str | None = Field(
         None, description="Task instruction at the top of the prompt; null uses the env's."
     )
@@ -244,6 +244,11 @@ class AgentConfig(_Section):
         "", max_length=200, description="Text that opens every reply, written into the prompt "
         "after the generation prompt: the model continues it and the parser reads it with the "
         "reply (e.g. '<tool_call>' for tool_call: a small model then writes the call)."
+    )  # fmt: skip
+    show_admissible: bool = Field(
+        False, description="List the env's admissible actions (info admissible), one a line, "
+        "after the current observation, as verl-agent's ALFWorld prompts do; a model writing "
+        "free text then picks one. Envs that list none are shown as before."
     )  # fmt: skip
 
     @field_validator("action_pattern")
@@ -451,6 +456,7 @@ class TrainConfig(_Section):
 
 
 class EvalConfig(_Section):
+    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("env_options",)
     every: int = Field(5, ge=0, description="Greedy evaluation every N iterations (0: only end).")
     episodes: int = Field(
         200, gt=0, le=MAX_EPISODES,
@@ -461,6 +467,10 @@ class EvalConfig(_Section):
     )
     at_start: bool = Field(True, description="Evaluate the untrained policy first.")
     target: float = Field(0.8, ge=0, le=1, description="Success target for episodes-to-target.")
+    env_options: dict[str, Any] = Field(
+        default_factory=dict, description="Env options of held-out evaluation over env.options, "
+        "e.g. {split: test} for an env with its own test games (twx, textworld)."
+    )  # fmt: skip
 
 
 class LogConfig(_Section):
@@ -538,6 +548,10 @@ class Config(_Section):
     exploration: ExplorationConfig = Field(default_factory=ExplorationConfig)
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+
+    def eval_env_options(self) -> dict[str, Any]:
+        """The env options of held-out evaluation: ``eval.env_options`` over ``env.options``."""
+        return {**self.env.options, **self.eval.env_options}
 
     @field_validator("imports")
     @classmethod

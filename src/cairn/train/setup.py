@@ -71,7 +71,7 @@ def sampling_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSet
         format_reward=cfg.agent.format_reward, context_budget=budget,
         no_progress_penalty=cfg.agent.no_progress_penalty,
         instruction=cfg.agent.instruction, describe_format=describe_format(cfg),
-        response_prefix=cfg.agent.response_prefix,
+        response_prefix=cfg.agent.response_prefix, show_admissible=cfg.agent.show_admissible,
     )  # fmt: skip
 
 

@@ -182,6 +182,9 @@ class SearchQA(TextEnv):
         self.render = check_choice("render", render, _RENDERS)
         if self.render == "text":
             self.example_observation = "Question: where was Kalomi born ?"
+        if self.render == "text" and self.example_pool:  # the instruction's example too:
+            # SmolLM2 searched the example's "Kalomi" for the knowledge base's "Kalo"
+            self.example_action = EXAMPLE_POOL[0][1][0][0]
         self._kb_key = (0, self.kb_size)
         self._kb: KnowledgeBase | None = None
         self._question: Question | None = None

@@ -143,12 +143,13 @@ class Trainer:
             record_run(self.dir, named_code(cfg.model_dump()))
         self.iteration_started: float | None = None  # perf_counter of the iteration in flight
 
+        # Counters and random streams (tasks, minibatch order, token sampling, torch's global
+        # generator): seeded before any part draws from them, checkpointed.
+        rank = self.dist.rank
+        self.state = TrainState.start(cfg.seed, rank)
         # The parts: envs, policy + engine + prompt, optimizer, KL reference, learners,
         # rollout strategy + exploration, rewards (cairn.train.parts, in that order).
         self.parts: TrainParts = build_parts(cfg, self.dir, self.dist, ckpt)
-        # Counters and random streams (tasks, minibatch order, token sampling): checkpointed.
-        rank = self.dist.rank
-        self.state = TrainState.start(cfg.seed, rank)
         self.local_groups = len(self.dist.shard(range(cfg.rollout.groups)))  # this rank's share
         if self.local_groups == 0:
             raise ValueError(f"rollout.groups={cfg.rollout.groups} < {self.dist.world} ranks")

@@ -232,29 +232,35 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
         say(f"run directory: {run_dir}")
         with _interrupt_names(run_dir):
             summary = _run(trainer, run_dir)
-    if trainer.dist.is_main:  # one rank draws (under torchrun every rank runs this)
-        _plot("plot_run", trainer.dir)
+    # one rank draws (under torchrun every rank runs this)
+    failed = _plot("plot_run", trainer.dir) if trainer.dist.is_main else None
     say(
         f"untrained success {_fmt(summary['untrained_success'])} -> "
         f"eval success {_fmt(summary['eval_success'])} after {summary['episodes']} episodes, "
         f"{summary['train_seconds']:.0f} s of training ({summary['wall_seconds']:.0f} s wall)"
     )
     say(f"run: {run_dir.name}  ({run_dir})")
-    return 0
+    if failed is None:
+        return 0
+    say(
+        f"plotting failed ({failed}): curves.png not written; the run in {run_dir} is "
+        "complete (exit status 1)",
+        "yellow",
+    )
+    return 1
 
 
-def _plot(figure: str, *args: Any) -> bool:
-    """``cairn.report.plots.<figure>(*args)`` once the results are on disk; whether it drew.
-    Plots are drawn here, not by the trainer (train/ never imports report/); a failure is a
-    line, never a traceback."""
+def _plot(figure: str, *args: Any) -> str | None:
+    """``cairn.report.plots.<figure>(*args)`` once the results are on disk; None when it
+    drew, else its error on one line (the caller says it, never a traceback). Plots are
+    drawn here, not by the trainer (train/ never imports report/)."""
     try:
         from cairn.report import plots
 
         getattr(plots, figure)(*args)
     except Exception as err:
-        say(f"plotting failed: {err}", "yellow")
-        return False
-    return True
+        return " ".join(str(err).split()) or type(err).__name__
+    return None
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -300,7 +306,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     out = Path(args.out or f"runs/compare-{datetime.now():%Y%m%d-%H%M%S}")
     summary = compare(args.configs, args.seeds, out, args.overrides, args.target, args.jobs)
-    plotted = _plot("plot_compare_dir", summary, out) and (out / "curves.png").is_file()
+    failed = _plot("plot_compare_dir", summary, out)
+    if failed is not None:
+        say(f"plotting failed: {failed}", "yellow")
+    plotted = failed is None and (out / "curves.png").is_file()
     from rich.table import Table
 
     table = Table(title=f"episodes to success {summary['target']}")
@@ -398,7 +407,8 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     say(f"test-time RL on {args.problem!r}: {run_dir}")
     with _signals_interrupt(), _interrupt_names(run_dir):
         summary = test_time_rl(lambda: _start(lambda: Trainer(cfg, run_dir), run_dir))
-    _plot("plot_run", run_dir)
+    if (failed := _plot("plot_run", run_dir)) is not None:
+        say(f"plotting failed: {failed}", "yellow")
     say(
         f"solved before: {_fmt(summary['untrained_success'])}, after test-time RL: "
         f"{_fmt(summary['eval_success'])}; weights restored: {summary['weights_restored']}"

@@ -1,13 +1,17 @@
 """Command line (CONFIG: a YAML file or a preset name, see `cairn presets`):
 
-cairn train [CONFIG] [--set key=value ...] [--resume RUN_DIR]
-cairn eval RUN_DIR [--episodes N] [--out FILE]   # read-only
+cairn train [CONFIG] [--set key=value ...] [--resume RUN_DIR [--trust-code]]
+cairn eval RUN_DIR [--episodes N] [--out FILE] [--trust-code]   # read-only
 cairn compare CONFIG... --seeds N [--set key=value ...] [--out DIR] [--jobs J]
 cairn inspect RUN_DIR [--out FILE] [--iterations M --groups K --episodes E] [--serve]
+cairn export RUN_DIR OUT [--merge] [--force] [--trust-code]
 cairn config [CONFIG] [--set ...]       # print the resolved config, or all keys
 cairn presets                           # the shipped presets, one line each
 cairn verl-data ENV --train N --val M --out DIR [--set env.options.k=v]   # verl parquet
 cairn --version
+
+A run folder whose config names code (imports, reward functions) is read only with consent
+(--trust-code; runs this user started need none: cairn.train.trust).
 """
 
 from __future__ import annotations

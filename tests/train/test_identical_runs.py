@@ -6,24 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from tiny_run import TINY_RUN
 
 from cairn.train.checkpoint import load_state
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
-TINY = [
-    "rollout.groups=2",
-    "rollout.group_size=2",
-    "optim.epochs=1",
-    "eval.episodes=2",
-    "eval.every=0",
-    "eval.at_start=false",
-    "train.time_budget_s=null",
-    "train.threads=1",
-    "log.progress=false",
-    "train.iterations=2",
-    "checkpoint.every=1",
-]
+TINY = [*TINY_RUN, "train.iterations=2"]
 TENSORS = ("state.safetensors", "model.safetensors")  # state.json holds the wall times
 
 

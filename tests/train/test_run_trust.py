@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_run import TINY_RUN
 
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
@@ -32,18 +33,6 @@ from cairn.train.trust import (
 )
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-TINY = [
-    "rollout.groups=2",
-    "rollout.group_size=2",
-    "optim.epochs=1",
-    "eval.episodes=2",
-    "eval.every=0",
-    "eval.at_start=false",
-    "train.time_budget_s=null",
-    "train.threads=1",
-    "log.progress=false",
-    "checkpoint.every=1",
-]
 #: Marks each import of the planted module (a line per import) in the file MARKER names.
 PLANTED = (
     "import os\n"
@@ -78,7 +67,7 @@ def others_run(tmp_path_factory, site) -> tuple[Path, Path]:
         mp.setenv("CAIRN_CACHE", str(work / "cache"))
         mp.setenv("CAIRN_TEST_MARKER", str(work / "trained.marker"))
         mp.syspath_prepend(str(site))
-        cfg = load_config(None, [*TINY, "train.iterations=2", "imports=[planted_mod]"])
+        cfg = load_config(None, [*TINY_RUN, "train.iterations=2", "imports=[planted_mod]"])
         Trainer(cfg, run).run()
     sys.modules.pop("planted_mod", None)
     return run, work / "cache"

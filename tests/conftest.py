@@ -13,6 +13,14 @@ from cairn.policies.tiny import build_tiny_model, tiny_config
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory, monkeypatch):
+    """Each test gets its own CAIRN_CACHE (runs it trains record themselves in the trust
+    store there, never in the user's home); the embedded model's tests point it back at
+    their shared folder (tests/train/test_real_presets.py)."""
+    monkeypatch.setenv("CAIRN_CACHE", str(tmp_path_factory.mktemp("cairn-cache")))
+
+
 @pytest.fixture(scope="session")
 def compact_env():
     return make("sokoban", render="compact", max_solution=5)

@@ -1,6 +1,6 @@
-"""`cairn compare` says when a plot was not written: it lists only the files it wrote and
-exits with status 1 (old code: exit 0 after "plotting failed", listing a curves.png it never
-wrote)."""
+"""`cairn compare` and `cairn train` say when a plot was not written: compare lists only the
+files it wrote, and both exit with status 1, the results intact (old code: exit 0 after
+"plotting failed", compare listing a curves.png it never wrote)."""
 
 from __future__ import annotations
 
@@ -39,3 +39,21 @@ def test_a_complete_compare_lists_its_plot_and_exits_0(tmp_path, monkeypatch, ca
     out = capsys.readouterr().out
     assert code == 0 and (tmp_path / "c" / "curves.png").is_file()
     assert "curves.png" in out.split("results:")[1].splitlines()[0]
+
+
+def test_train_whose_plot_fails_says_so_in_one_line_and_exits_1(tmp_path, monkeypatch, capsys):
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "curves.png")
+
+    monkeypatch.setattr(plots, "plot_run", full)
+    sets = ["train.iterations=1", "rollout.groups=2", "eval.episodes=2", "log.progress=false"]
+    sets += ["eval.at_start=false", "train.time_budget_s=null", f"out_dir={tmp_path}"]
+    code = main(["train", *[x for s in sets for x in ("--set", s)]])
+    lines = capsys.readouterr().out.splitlines()
+    (run,) = tmp_path.iterdir()
+    assert code == 1 and (run / "summary.json").is_file()  # the run itself is complete
+    assert [line for line in lines if "plotting failed" in line] == [lines[-1]]  # one line
+    assert lines[-1] == (
+        "plotting failed ([Errno 28] No space left on device: 'curves.png'): curves.png not "
+        f"written; the run in {run} is complete (exit status 1)"
+    )

@@ -22,6 +22,7 @@ SRC = Path(cairn.__file__).parents[1]
 LAYERS: dict[str, int] = {
     "cairn._errors": 0,
     "cairn._files": -1,  # a leaf of the standard library only, read by data and above
+    "cairn._cache": -1,  # the user cache folder (standard library only): models, trust store
     "cairn._progress": 0,  # counts of an iteration in flight: the turn loop and learners report
     "cairn._regex": 0,
     "cairn._registry": 0,

@@ -127,6 +127,17 @@ def test_a_config_imports_a_package_that_registers_an_env_and_a_reward(package, 
     assert f"- {name}.tasks" in (run / "config.yaml").read_text()  # eval / resume find it
 
 
+def test_a_plugin_env_trains_on_env_worker_processes(package, tmp_path):
+    """``rollout.workers``: the envs live in worker processes, which load the config's
+    ``imports`` before building one (cairn._env_host)."""
+    name, site = package
+    env = f"guess_{name}"
+    (site / name / "tasks.py").write_text(TASKS + f"\nregister_all({env!r}, 'valid_{name}')\n")
+    workers = ["rollout.workers=2", "rollout.worker_backend=process"]
+    run = _train(tmp_path, f"imports=[{name}.tasks]", f"env.name={env}", *workers)
+    _trained_on(run, env)
+
+
 def test_an_installed_package_registers_through_entry_points(package, tmp_path):
     name, site = package
     env, reward = f"guess_{name}", f"valid_{name}"

@@ -39,7 +39,11 @@ Seven parts, each a section of the record:
   trainer with process workers (workers left?), a gzip bomb under ``inspect`` (peak RSS),
   FIFOs as run files under inspect / resume / eval, a config.yaml linked to /etc/passwd, a
   SafetensorError in a checkpoint write, unbounded env sizes, ``optim.lr=1e30``, evals
-  racing ``checkpoint.keep=1``, SIGHUP, and 200 concurrent ``--serve`` requests.
+  racing ``checkpoint.keep=1``, SIGHUP, and 200 concurrent ``--serve`` requests; then a run
+  folder received from someone else whose config names code (``imports``, a dataset reward
+  function) under eval / export / inspect / resume (exit status, marker file, seconds),
+  TextWorld and TextWorld-Express sizes past their bounds, and two identical runs (their
+  checkpoints' safetensors compared byte for byte).
 """
 
 from __future__ import annotations
@@ -1321,6 +1325,122 @@ def _hostile_serve(work: Path) -> list[Any]:
     return ["200 concurrent requests to `inspect --serve` (40 s)", 200, answered, 200 - answered]
 
 
+# -- a run folder is data ------------------------------------------------------------------------
+#: A module that marks each import of itself, and a reward function a dataset env can name.
+PLANTED = (
+    "import os\n"
+    "with open(os.environ['CAIRN_FAULTS_MARKER'], 'a') as f:\n"
+    "    f.write('imported\\n')\n"
+    "def correct(prompts, completions, **columns):\n"
+    "    return [1.0 for _ in completions]\n"
+)
+RUN_COMMANDS = ("eval", "export", "inspect", "train --resume")
+
+
+def _as(work: Path, who: str, marker: Path) -> dict[str, str]:
+    """The environment of user ``who`` (their own trust store) with planted_mod importable."""
+    site = work / "site"
+    if not site.exists():
+        site.mkdir()
+        (site / "planted_mod.py").write_text(PLANTED)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    cache = str(work / f"cache-{who}")
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "CAIRN_CACHE": cache,
+        "CAIRN_FAULTS_MARKER": str(marker),
+    }
+
+
+def _command_argv(command: str, run: Path, out: Path) -> list[str]:
+    return {
+        "eval": ["eval", str(run), "--out", str(out / "eval.json")],
+        "export": ["export", str(run), str(out / "exported")],
+        "inspect": ["inspect", str(run), "--out", str(out / "report.html")],
+        "train --resume": ["train", "--resume", str(run), "--set", "train.iterations=2"],
+    }[command]
+
+
+def _refused(work: Path, run: Path, command: str, *words: str) -> tuple[bool, str]:
+    """``cairn COMMAND`` of ``run`` as a reader who never trusted it: (refused in one line
+    naming ``words`` with exit status 2, no marker, under 2 s; the row's account)."""
+    marker, out = work / f"marker-{command.replace(' ', '')}", work / f"out-{command[:5]}"
+    start = time.perf_counter()
+    res = _cli_proc(_command_argv(command, run, out), env=_as(work, "reader", marker))
+    secs = time.perf_counter() - start
+    ok = (
+        res.returncode == 2
+        and _one_line_error(res, "--trust-code", *words)
+        and not marker.exists()
+        and secs < 2.0
+    )
+    said = f"exit {res.returncode}, marker {'written' if marker.exists() else 'absent'}"
+    return ok, f"{said}, {secs:.2f} s"
+
+
+def _hostile_received_run(work: Path) -> list[list[Any]]:
+    """A run trained by someone else with ``imports: [planted_mod]``, copied to the reader."""
+    sets = [*HOSTILE_SETS, "train.iterations=1", "imports=[planted_mod]"]
+    env = _as(work, "author", work / "author.marker")
+    _cli_proc(["train", *_sets([*sets, f"out_dir={work / 'theirs'}"])], env=env, check=True)
+    run = work / "received"
+    shutil.copytree(next((work / "theirs").iterdir()), run)
+    rows = []
+    for command in RUN_COMMANDS:
+        ok, said = _refused(work, run, command, "imports planted_mod")
+        what = f"a received run with `imports: [planted_mod]`: `cairn {command}`"
+        rows.append([what, 1, f"{int(ok)} ({said})", int(not ok)])
+    return rows
+
+
+def _hostile_planted_reward(work: Path) -> list[Any]:
+    run = work / "planted"
+    run.mkdir()
+    reward = "env: {name: dataset, options: {reward: 'planted_mod:correct'}}\n"
+    (run / "config.yaml").write_text(reward)
+    results = [
+        _refused(work, run, c, "env.options.reward planted_mod:correct") for c in RUN_COMMANDS
+    ]
+    ok = sum(r[0] for r in results)
+    said = "; ".join(r[1] for r in results)
+    what = (
+        "a run folder whose dataset reward is `planted_mod:correct`: eval, export, inspect, resume"
+    )
+    return [what, len(results), f"{ok} ({said})", len(results) - ok]
+
+
+def _hostile_game_bounds(work: Path) -> list[Any]:
+    cases = {
+        "textworld": ("env.options={num_games: 10000001}", "17 hours and 4 GB"),
+        "twx": ("env.options={game_params: numLocations=1000000}", "simonsays"),
+    }
+    ok, ran = 0, 0
+    for env, (options, why) in cases.items():
+        if importlib.util.find_spec({"twx": "textworld_express"}.get(env, env)) is None:
+            continue
+        sets = [*HOSTILE_SETS, f"env.name={env}", options, f"out_dir={work / env}"]
+        res = _cli_proc(["train", *_sets(sets)])
+        ran, ok = ran + 1, ok + int(_one_line_error(res, why) and res.returncode == 2)
+    what = "TextWorld `num_games: 10000001`, TextWorld-Express `numLocations=1000000`"
+    return [what, ran, ok, ran - ok]
+
+
+def _hostile_identical_runs(work: Path) -> list[Any]:
+    for name in ("a", "b"):
+        sets = [*HOSTILE_SETS, "train.iterations=2", f"out_dir={work / name}"]
+        _cli_proc(["train", *_sets(sets)], check=True)
+    runs = [next((work / name).iterdir()) for name in ("a", "b")]
+    files = [
+        Path("checkpoints") / f"iter_{i:06d}" / f
+        for i in (1, 2)
+        for f in ("state.safetensors", "model.safetensors")
+    ]
+    same = sum((runs[0] / f).read_bytes() == (runs[1] / f).read_bytes() for f in files)
+    what = "two identical 2-iteration `cairn train` processes: checkpoint safetensors compared"
+    return [what, len(files), f"{same} byte-identical", len(files) - same]
+
+
 def part_hostile(work: Path, quick: bool) -> tuple[list[list[Any]], str]:
     """The third hostile round's attacks, each reproduced as it was reported."""
     steps = [
@@ -1342,11 +1462,23 @@ def part_hostile(work: Path, quick: bool) -> tuple[list[list[Any]], str]:
     for k, step in enumerate(steps):
         (work / str(k)).mkdir()
         rows.append(step(work / str(k)))
+    (work / "received").mkdir()
+    rows += _hostile_received_run(work / "received")
+    for k, step in enumerate(
+        [_hostile_planted_reward, _hostile_game_bounds, _hostile_identical_runs]
+    ):
+        (work / f"data{k}").mkdir()
+        rows.append(step(work / f"data{k}"))
     body = (
         "Each attack of the third hostile round (issue 37) as a real `cairn` process on "
         "the tiny default model. Survived: it ended in one line (or was handled) with no "
         "traceback, no data lost, no code run, no process left, and bounded memory (the "
-        "bomb's peak RSS in its row)."
+        "bomb's peak RSS in its row). The rows from the received run on (issue 45): a run "
+        "folder is data; a command reading a run whose config names code must exit 2 in "
+        "one line naming it and `--trust-code`, within 2 s, with no marker written by the "
+        "planted module (the reader's trust store is empty: the run was trained under "
+        "another cache folder, then copied); the bounded game sizes must be refused in one "
+        "line saying why; two identical runs must write byte-identical safetensors."
     )
     return rows, body
 

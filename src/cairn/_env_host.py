@@ -3,10 +3,12 @@
 Kept outside ``cairn.rollout`` (whose package imports torch and transformers) so that a
 worker process starts by importing only the env it runs.
 
-``EnvFactory`` builds the env a config names and carries the env's registry entry with it:
-a worker in a fresh interpreter (a Ray actor, a spawned process) registers it before
-building, so an env registered in the driver (``cairn.envs.register``) is known there too.
-Its module must be importable on the worker (installed, or on its ``PYTHONPATH``).
+``EnvFactory`` builds the env a config names and carries the env's registry entry and the
+config's ``imports`` with it: a worker in a fresh interpreter (a Ray actor, a spawned
+process) loads the plugins (those modules, and the installed packages' entry points:
+``cairn.plugins``) and registers the entry before building, so what the driver knows (an
+env registered by a plugin, a reward it registers, ``cairn.envs.register``) is known there
+too. Those modules must be importable on the worker (installed, or on its ``PYTHONPATH``).
 
 A worker dies with the process it serves (`watch_parent`): a trainer killed with SIGKILL
 (or by the out-of-memory killer) leaves no worker behind. A forked or spawned worker asks
@@ -117,6 +119,7 @@ class EnvFactory:
     options: dict[str, Any] = field(default_factory=dict)
     target: str = ""  # "package.module:Class", from the registry of the process that built it
     extra: str | None = None
+    imports: tuple[str, ...] = ()  # the config's ``imports``: loaded before the env is built
 
     @classmethod
     def of(cls, name: str, **options: Any) -> EnvFactory:
@@ -129,9 +132,24 @@ class EnvFactory:
     def __call__(self) -> Any:
         from cairn.envs import ENVS, make
 
+        _load_plugins(self.imports)
         if self.target and self.name not in ENVS.entries:
             ENVS.register(self.name, self.target, self.extra)
         return make(self.name, **self.options)
+
+
+_LOADED: set[tuple[str, ...]] = set()  # the imports whose plugins this process has loaded
+
+
+def _load_plugins(imports: tuple[str, ...]) -> None:
+    """``cairn.plugins.load_plugins(imports)`` once per process (a forked worker inherits
+    what its parent loaded; each env build would otherwise rescan the entry points)."""
+    if imports in _LOADED:
+        return
+    from cairn.plugins import load_plugins
+
+    load_plugins(imports)
+    _LOADED.add(imports)
 
 
 #: Env attributes that are constant per env, sent to its proxy with every ``reset`` answer.

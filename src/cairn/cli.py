@@ -1,13 +1,17 @@
 """Command line (CONFIG: a YAML file or a preset name, see `cairn presets`):
 
-cairn train [CONFIG] [--set key=value ...] [--resume RUN_DIR]
-cairn eval RUN_DIR [--episodes N] [--out FILE]   # read-only
+cairn train [CONFIG] [--set key=value ...] [--resume RUN_DIR [--trust-code]]
+cairn eval RUN_DIR [--episodes N] [--out FILE] [--trust-code]   # read-only
 cairn compare CONFIG... --seeds N [--set key=value ...] [--out DIR] [--jobs J]
 cairn inspect RUN_DIR [--out FILE] [--iterations M --groups K --episodes E] [--serve]
+cairn export RUN_DIR OUT [--merge] [--force] [--trust-code]
 cairn config [CONFIG] [--set ...]       # print the resolved config, or all keys
 cairn presets                           # the shipped presets, one line each
 cairn verl-data ENV --train N --val M --out DIR [--set env.options.k=v]   # verl parquet
 cairn --version
+
+A run folder whose config names code (imports, reward functions) is read only with consent
+(--trust-code; runs this user started need none: cairn.train.trust).
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ __all__ = ["main"]
 # rich or config schema at the top; each command imports what it needs.
 CONFIG_HELP = "a YAML file or a preset name (cairn presets)"
 SET_HELP = "override one config key; the value is YAML (repeatable; cairn config --keys)"
+TRUST_HELP = (
+    "run the code this run's config names (imports, reward or feedback functions): only for "
+    "a run you trust; runs you started yourself need no flag"
+)
 
 TRAIN_EPILOG = """\
 --set KEY=VALUE changes one config key (the value is YAML; repeat it for more):
@@ -124,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP
     )
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    t.add_argument("--trust-code", action="store_true", help=f"with --resume: {TRUST_HELP}")
 
     e = sub.add_parser(
         "eval", help="greedy evaluation of a run's newest checkpoint (reads the run only)"
@@ -133,6 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--out", default=None, help="result file (default RUN_DIR/eval/<ckpt>-<episodes>.json)"
     )
+    e.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
 
     c = sub.add_parser("compare", help="train configs on several seeds and compare curves")
     c.add_argument("configs", nargs="+", help=CONFIG_HELP)
@@ -157,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument(
         "--serve-seconds", type=float, default=None, help="stop serving after this many seconds"
     )
+    i.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
 
     r = sub.add_parser(
         "ttrl", help="test-time RL (LADDER): train on one problem's variants, then restore"
@@ -190,6 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("out", help="the folder to write (must not exist or be empty)")
     x.add_argument("--merge", action="store_true", help="LoRA runs: fold the adapters in")
     x.add_argument("--force", action="store_true", help="replace OUT when it is not empty")
+    x.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     verl_data.add_parser(sub)
     return p
 
@@ -199,9 +211,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume:  # one writer per run: run.lock is held from the config check to the end
         run_dir = Path(args.resume)
-        ckpt = _resumable(run_dir, args.config)
+        _check_run_folder(run_dir, args.config)
+        _consent(run_dir, "train --resume", args.trust_code, args.overrides)
+        ckpt = _resumable(run_dir)
         with _locked(run_dir):
             return _train(_resume_config(run_dir, ckpt, args.overrides), run_dir, resume=True)
+    if args.trust_code:
+        raise ConfigError(
+            "--trust-code applies to --resume RUN_DIR (a new run imports the code its config "
+            "names: you named it)"
+        )
     cfg = load_config(args.config, args.overrides)  # before torch is imported: errors are quick
     from cairn.train.trainer import new_run_dir
 
@@ -217,33 +236,40 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
         say(f"run directory: {run_dir}")
         with _interrupt_names(run_dir):
             summary = _run(trainer, run_dir)
-    if trainer.dist.is_main:  # one rank draws (under torchrun every rank runs this)
-        _plot("plot_run", trainer.dir)
+    # one rank draws (under torchrun every rank runs this)
+    failed = _plot("plot_run", trainer.dir) if trainer.dist.is_main else None
     say(
         f"untrained success {_fmt(summary['untrained_success'])} -> "
         f"eval success {_fmt(summary['eval_success'])} after {summary['episodes']} episodes, "
         f"{summary['train_seconds']:.0f} s of training ({summary['wall_seconds']:.0f} s wall)"
     )
     say(f"run: {run_dir.name}  ({run_dir})")
-    return 0
+    if failed is None:
+        return 0
+    say(
+        f"plotting failed ({failed}): curves.png not written; the run in {run_dir} is "
+        "complete (exit status 1)",
+        "yellow",
+    )
+    return 1
 
 
-def _plot(figure: str, *args: Any) -> bool:
-    """``cairn.report.plots.<figure>(*args)`` once the results are on disk; whether it drew.
-    Plots are drawn here, not by the trainer (train/ never imports report/); a failure is a
-    line, never a traceback."""
+def _plot(figure: str, *args: Any) -> str | None:
+    """``cairn.report.plots.<figure>(*args)`` once the results are on disk; None when it
+    drew, else its error on one line (the caller says it, never a traceback). Plots are
+    drawn here, not by the trainer (train/ never imports report/)."""
     try:
         from cairn.report import plots
 
         getattr(plots, figure)(*args)
     except Exception as err:
-        say(f"plotting failed: {err}", "yellow")
-        return False
-    return True
+        return " ".join(str(err).split()) or type(err).__name__
+    return None
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Read-only: writes RUN_DIR/eval/<checkpoint>-<episodes>.json (or --out), nothing else."""
+    _consent(Path(args.run_dir), "eval", args.trust_code)
     from cairn.train.evaluate import evaluate_run
 
     out = Path(args.out) if args.out else None
@@ -262,6 +288,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Read-only on the run: writes OUT only (cairn.train.export)."""
+    _consent(Path(args.run_dir), "export", args.trust_code)
     from cairn.train.export import ExportError, export_run
 
     try:
@@ -283,7 +310,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     out = Path(args.out or f"runs/compare-{datetime.now():%Y%m%d-%H%M%S}")
     summary = compare(args.configs, args.seeds, out, args.overrides, args.target, args.jobs)
-    plotted = _plot("plot_compare_dir", summary, out) and (out / "curves.png").is_file()
+    failed = _plot("plot_compare_dir", summary, out)
+    if failed is not None:
+        say(f"plotting failed: {failed}", "yellow")
+    plotted = failed is None and (out / "curves.png").is_file()
     from rich.table import Table
 
     table = Table(title=f"episodes to success {summary['target']}")
@@ -322,9 +352,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    run_dir = Path(args.run_dir)
+    _consent(run_dir, "inspect", args.trust_code)
     from cairn.report.html import build_compare_report, build_report, sampling_of, serve
 
-    run_dir = Path(args.run_dir)
     if args.serve and not 0 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port}: allowed 0..65535 (0: any free port)")
     try:
@@ -380,7 +411,8 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     say(f"test-time RL on {args.problem!r}: {run_dir}")
     with _signals_interrupt(), _interrupt_names(run_dir):
         summary = test_time_rl(lambda: _start(lambda: Trainer(cfg, run_dir), run_dir))
-    _plot("plot_run", run_dir)
+    if (failed := _plot("plot_run", run_dir)) is not None:
+        say(f"plotting failed: {failed}", "yellow")
     say(
         f"solved before: {_fmt(summary['untrained_success'])}, after test-time RL: "
         f"{_fmt(summary['eval_success'])}; weights restored: {summary['weights_restored']}"
@@ -488,10 +520,9 @@ def _run(trainer: Trainer, run_dir: Path) -> dict[str, Any]:
         ) from err
 
 
-def _resumable(run_dir: Path, config: str | None) -> Path:
-    """The checkpoint to resume ``run_dir`` from; refuses a second config, a folder that is
-    not a run, and a run with no checkpoint (nothing is written to refuse them)."""
-
+def _check_run_folder(run_dir: Path, config: str | None) -> None:
+    """Refuse, for a resume, a second config and a folder that is not a run (a FIFO for a
+    run file would hang it); reads nothing but file types, imports nothing."""
     if config is not None:
         raise ConfigError(
             f"--resume {run_dir} continues that run with its own config.yaml; drop {config!r} "
@@ -501,7 +532,28 @@ def _resumable(run_dir: Path, config: str | None) -> Path:
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
     try:
         for name in ("config.yaml", "metrics.jsonl", "summary.json", "amendments.jsonl"):
-            check_regular(run_dir / name, root=run_dir)  # a FIFO would hang the resume
+            check_regular(run_dir / name, root=run_dir)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--resume {run_dir}: {err}") from None
+
+
+def _consent(run_dir: Path, command: str, trust: bool, overrides: list[str] | None = None) -> None:
+    """Refuse in one line, before anything it names is imported, a run whose config names
+    user code the reader has not consented to (cairn.train.trust); a resume's ``--set``
+    names are consent, and are remembered for that run."""
+    from cairn.train.trust import record_run, require_consent
+
+    resume = overrides is not None
+    given = require_consent(
+        run_dir, command, trust=trust, overrides=overrides or [], amendments=resume
+    )
+    record_run(run_dir, given)
+
+
+def _resumable(run_dir: Path) -> Path:
+    """The checkpoint to resume ``run_dir`` from (``_check_run_folder`` passed); refuses a
+    run with no checkpoint (nothing is written to refuse it)."""
+    try:
         ckpt = _quiet_latest(run_dir)
     except (OSError, ValueError) as err:
         raise ConfigError(f"--resume {run_dir}: {err}") from None

@@ -45,3 +45,28 @@ def test_next_on_path_follows_a_walkthrough_only_while_on_it():
     assert next_on_path(gold, ["open door", "go south"]) is None  # off the path
     assert next_on_path(gold, gold) is None  # past its end
     assert TextEnv.gold_action(object.__new__(_Counter)) is None  # the default knows none
+
+
+def test_code_options_are_known_without_importing_the_env():
+    """The registry states an env's code options as a trait (the dataset env's reward and
+    feedback functions), the same as its class declares; a class registered as itself
+    declares them on the class."""
+    import sys
+
+    from cairn.envs import ENVS, code_options, register
+
+    assert code_options("dataset") == ("reward", "feedback") and code_options("sokoban") == ()
+    assert code_options("not_registered") == ()
+    for name, (target, _) in ENVS.entries.items():
+        module = target.partition(":")[0] if isinstance(target, str) else ""
+        if module in sys.modules or name == "dataset":  # imported already, or cheap
+            assert code_options(name) == ENVS.get(name).code_options, name
+
+    class _Scored(_Counter):
+        code_options = ("scorer",)
+
+    register("scored_counter", _Scored, code_options=("checker",))
+    try:
+        assert code_options("scored_counter") == ("checker", "scorer")
+    finally:
+        del ENVS.entries["scored_counter"]

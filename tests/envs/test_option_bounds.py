@@ -1,5 +1,6 @@
 """Every env option that sizes memory or time is bounded: sokoban's size (old code reached
-7.6 GB at size 2000) and every env's max_steps (1e12 was accepted and never ended)."""
+7.6 GB at size 2000), every env's max_steps (1e12 was accepted and never ended), TextWorld's
+pool of generated games and TextWorld-Express's game parameters; the error says why."""
 
 from __future__ import annotations
 
@@ -45,3 +46,31 @@ def test_the_largest_bounded_sokoban_still_builds():
     env = make("sokoban", size=32, max_steps=MAX_EPISODE_STEPS, walls=0.0)
     obs, _ = env.reset(seed=0)
     assert obs and env.max_steps == MAX_EPISODE_STEPS
+
+
+def test_textworld_num_games_is_bounded_with_the_reason():
+    pytest.importorskip("textworld")
+    from cairn.envs.textworld import MAX_GAMES
+
+    with pytest.raises(ValueError, match=rf"num_games must be \[1, {MAX_GAMES}\], got 10000001 "):
+        make("textworld", num_games=10_000_001)
+    with pytest.raises(ValueError, match=r"1-6 s, and cached, ~0.4 MB: 10000 games are up to"):
+        make("textworld", num_games=MAX_GAMES + 1)
+    assert make("textworld", num_games=MAX_GAMES).num_games == MAX_GAMES  # builds nothing yet
+
+
+@pytest.mark.parametrize(
+    "params", ["numLocations=1000000", {"numLocations": 10**9}, "numDistractorItems=-1"]
+)
+def test_twx_game_params_are_bounded_with_the_reason(params):
+    pytest.importorskip("textworld_express")
+    from cairn.envs.twx import MAX_PARAM
+
+    with pytest.raises(ValueError, match=rf"must be \[0, {MAX_PARAM}\], got .*simonsays"):
+        make("twx", game_params=params)
+
+
+def test_the_largest_twx_game_param_is_accepted_before_the_jvm_starts():
+    pytest.importorskip("textworld_express")
+    env = make("twx", game="simonsays", game_params="gameLength=1000,numDistractors=0")
+    assert env.game_params == "gameLength=1000,numDistractors=0"

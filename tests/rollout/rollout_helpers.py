@@ -201,3 +201,21 @@ class SlowStepEnv(TextEnv):
     def _step(self, action: str) -> StepResult:
         time.sleep(self.delay)
         return self.inner.step(action)
+
+
+class PluginProbe(TextEnv):
+    """Says at reset whether module ``module`` is imported in the process it runs in:
+    ``loaded`` or ``missing`` (an env worker loads a config's plugins before building)."""
+
+    def __init__(self, module: str = ""):
+        super().__init__()
+        self.module = module
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        import sys
+
+        obs = "loaded" if self.module in sys.modules else "missing"
+        return obs, {"anchor": obs, "valid": True, "success": False, "admissible": None}
+
+    def _step(self, action: str) -> StepResult:
+        return "done", 0.0, True, False, {"anchor": "done", "valid": True, "success": False}

@@ -44,6 +44,18 @@ def test_another_rank_draws_its_own_tasks_and_tokens_but_the_same_minibatch_orde
     )
 
 
+def test_a_fresh_state_seeds_torchs_global_generator():
+    # a process starts torch's generator from a random seed: unseeded, two identical runs
+    # checkpointed different torch_rng states
+    TrainState.start(seed=4)
+    first = torch.rand(3)
+    torch.rand(5)  # whatever the process drew before
+    TrainState.start(seed=4)
+    assert torch.equal(torch.rand(3), first)
+    TrainState.start(seed=4, rank=1)  # another rank: its own stream
+    assert not torch.equal(torch.rand(3), first)
+
+
 def test_a_loaded_state_continues_every_stream_where_the_saved_one_was():
     saved = TrainState.start(seed=5)
     _draws(saved)  # the streams have moved on

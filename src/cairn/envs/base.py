@@ -53,6 +53,11 @@ class TextEnv(ABC):
     #: (``cairn.agent.tool_schema``): each tool ``name`` with one argument is the env
     #: action ``name[value]``. Empty where the env's actions are not tool calls.
     tools: tuple[dict[str, Any], ...] = ()
+    #: Options whose values name code by import path (``module:function``), imported when
+    #: the env is built. A run folder naming such code runs it only with the reader's
+    #: consent (``cairn.train.trust``). An env registered by import path states the same
+    #: names as a trait: ``register(name, "pkg.mod:Env", code_options=("reward",))``.
+    code_options: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self._seed: int | None = None

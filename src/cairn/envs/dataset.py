@@ -232,6 +232,7 @@ class DatasetEnv(TextEnv):
         split: the split of a saved ``DatasetDict`` (None: ``train``).
     """
 
+    code_options = ("reward", "feedback")  # import paths of functions (module docstring)
     rows: list[_Task]
     eval_rows: list[_Task]
     _task: _Task

@@ -56,6 +56,7 @@ __all__ = [
     "DEFAULT_SETTINGS",
     "GAMES",
     "INVALID_OBSERVATION",
+    "MAX_GAMES",
     "TextWorld",
     "cached_game",
     "clean_feedback",
@@ -81,6 +82,9 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
     "custom": {"world_size": 3, "nb_objects": 5, "quest_length": 3, "quest_breadth": 1},
 }
 GAMES: tuple[str, ...] = tuple(DEFAULT_SETTINGS)
+#: The largest fixed pool of games: each game is generated and compiled once (1-6 s) and
+#: cached on disk (~0.4 MB), so 10,000 games already cost up to 17 hours and 4 GB.
+MAX_GAMES = 10_000
 INVALID_OBSERVATION = "Invalid action: it is not one of the admissible actions."
 _CHALLENGE = {
     "coin_collector": "tw-coin_collector",
@@ -245,6 +249,17 @@ def _build_into(game: str, settings: dict[str, Any], seed: int, target: Path) ->
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _check_num_games(num_games: Any) -> int:
+    """``num_games`` in [1, MAX_GAMES], the error saying what a larger pool would cost."""
+    try:
+        return check_int("num_games", num_games, 1, MAX_GAMES)
+    except ValueError as err:
+        raise ValueError(
+            f"{err} (each game of the pool is generated once, 1-6 s, and cached, ~0.4 MB: "
+            f"{MAX_GAMES} games are up to 17 hours and 4 GB; null: a new game per seed)"
+        ) from None
+
+
 # -- env ---------------------------------------------------------------------------------------
 class TextWorld(TextEnv):
     """A TextWorld game per reset seed, generated locally and cached on disk.
@@ -254,7 +269,8 @@ class TextWorld(TextEnv):
         settings: the game's settings (see :data:`DEFAULT_SETTINGS`); missing keys keep
             their defaults, unknown keys raise.
         num_games: None (every seed is its own game) or the size of a fixed pool of games
-            (``seed % num_games``), e.g. to pre-generate a training set.
+            (``seed % num_games``), e.g. to pre-generate a training set; at most
+            ``MAX_GAMES``.
         cache_dir: where compiled games are kept (default ``~/.cache/cairn/textworld``).
         raw_score: rewards in the game's points instead of fractions of its maximum score.
         max_steps: steps (valid or not) before truncation.
@@ -274,7 +290,7 @@ class TextWorld(TextEnv):
         super().__init__()
         self.game = check_choice("game", game, GAMES)
         self.settings = game_settings(game, settings)
-        self.num_games = None if num_games is None else check_int("num_games", num_games, 1)
+        self.num_games = None if num_games is None else _check_num_games(num_games)
         if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
             raise ValueError(f"cache_dir must be a path or None, got {cache_dir!r}")
         default = Path.home() / ".cache" / "cairn" / "textworld"

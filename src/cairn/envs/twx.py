@@ -38,6 +38,7 @@ from cairn.envs.base import StepResult, TextEnv
 __all__ = [
     "GAMES",
     "INVALID_OBSERVATION",
+    "MAX_PARAM",
     "SPLITS",
     "TextWorldExpress",
     "format_game_params",
@@ -49,27 +50,42 @@ GAMES: tuple[str, ...] = tuple(GAME_NAMES)
 #: Seed sets of the package.
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 INVALID_OBSERVATION = "Invalid action: it is not one of the admissible actions."
-_PARAM = re.compile(r"^[A-Za-z][A-Za-z0-9]*=-?\d+$")
+_PARAM = re.compile(r"^([A-Za-z][A-Za-z0-9]*)=(-?\d+)$")
+#: The range of a game parameter: counts and 0/1 switches, the largest the simulator takes
+#: being 1000 (simonsays' gameLength). It checks only some parameters itself, at the first
+#: reset in the JVM; a world sized by an unchecked one costs time and memory in proportion.
+MAX_PARAM = 1000
 _SEED_GETTERS = {"train": "getSeedsTrain", "dev": "getSeedsDev", "test": "getSeedsTest"}
 
 
 def format_game_params(params: str | Mapping[str, int]) -> str:
-    """``"k=v,k=v"`` from a string of that form or a ``{name: int}`` mapping (checked)."""
+    """``"k=v,k=v"`` from a string of that form or a ``{name: int}`` mapping, each value
+    in [0, ``MAX_PARAM``] (checked)."""
     if isinstance(params, Mapping):
-        items = []
         for key, value in params.items():
             check_int(f"game_params[{key!r}]", value, -(2**31))
-            items.append(f"{key}={value}")
+        items = [f"{key}={value}" for key, value in params.items()]
     elif isinstance(params, str):
         items = [p.strip() for p in params.split(",") if p.strip()]
     else:
         raise ValueError(f"game_params must be a str or a mapping, got {params!r}")
     for item in items:
-        if not _PARAM.match(item):
+        match = _PARAM.match(item)
+        if not match:
             raise ValueError(
                 f"game_params item {item!r} must look like name=integer, e.g. 'numLocations=5'"
             )
+        _check_param(match[1], int(match[2]))
     return ",".join(items)
+
+
+def _check_param(name: str, value: int) -> None:
+    if not 0 <= value <= MAX_PARAM:
+        raise ValueError(
+            f"game_params[{name!r}] must be [0, {MAX_PARAM}], got {value} (counts and 0/1 "
+            f"switches; the simulator's largest is {MAX_PARAM}, simonsays' gameLength: a "
+            "larger world costs the JVM time and memory in proportion)"
+        )
 
 
 def normalize_action(action: str) -> str:
@@ -83,7 +99,8 @@ class TextWorldExpress(TextEnv):
     Options:
         game: one of :data:`GAMES`.
         game_params: the game's parameter string (``"numLocations=5,includeDoors=0"``) or a
-            mapping; names are checked by the simulator at the first reset.
+            mapping, each value in [0, ``MAX_PARAM``]; names are checked by the simulator
+            at the first reset.
         split: ``"train"``, ``"dev"`` or ``"test"`` seed set.
         raw_score: rewards in the game's points instead of score fractions (0-1).
         max_steps: steps (valid or not) before truncation.

@@ -22,7 +22,6 @@ cache is ``$CAIRN_CACHE/<alias>``, else ``~/.cache/cairn/models/<alias>``.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -30,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cairn._cache import cache_root
 
 __all__ = [
     "ALIASES",
@@ -66,12 +67,6 @@ _COMPLETE = ".cairn-converted"  # written last inside the folder: the conversion
 def is_alias(path: str | None) -> bool:
     """Whether ``path`` names an embedded model (``ALIASES``) rather than a folder."""
     return path in ALIASES
-
-
-def cache_root() -> Path:
-    """Where converted models live: ``$CAIRN_CACHE``, else ``~/.cache/cairn/models``."""
-    env = os.environ.get("CAIRN_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "cairn" / "models"
 
 
 def gguf_path(alias: str) -> Path:

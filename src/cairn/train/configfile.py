@@ -23,6 +23,7 @@ __all__ = [
     "apply_overrides",
     "check_sizes",
     "config_mapping",
+    "parse_mapping",
 ]
 
 # Input sizes: a config file, one --set item, any string in a config, YAML nesting depth.
@@ -117,24 +118,29 @@ def config_mapping(path: str | Path, *, allow_empty: bool = True) -> dict[str, A
                     f"config file {str(path)!r} has {size} bytes; at most {MAX_CONFIG_BYTES}"
                 )
         text = source.read_text() if isinstance(source, Path) else source
-        data = _yaml(text)
     except FileNotFoundError as err:
         raise ConfigError(str(err)) from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"config file {str(path)!r} is not UTF-8 text: {err}") from None
     except OSError as err:
         raise ConfigError(f"config file {str(path)!r} cannot be read: {err.strerror}") from None
+    return parse_mapping(text, str(path), allow_empty=allow_empty)
+
+
+def parse_mapping(text: str, name: str, *, allow_empty: bool = True) -> dict[str, Any]:
+    """The mapping config text holds, read by the loader ``config_mapping`` reads files with
+    (no anchors or aliases, bounded depth); ConfigError naming the file ``name`` otherwise."""
+    try:
+        data = _yaml(text)
     except yaml.YAMLError as err:  # PyYAML's message spans lines: problem + position
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(
-            f"config file {str(path)!r} is not valid YAML: {problem}{where}"
-        ) from None
+        raise ConfigError(f"config file {name!r} is not valid YAML: {problem}{where}") from None
     if data is None and allow_empty:
         return {}
     if data is None:
-        raise ConfigError(f"config file {str(path)!r} is empty")
+        raise ConfigError(f"config file {name!r} is empty")
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top")
+        raise ConfigError(f"config file {name!r} must hold a mapping at the top")
     return data

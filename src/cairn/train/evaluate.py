@@ -29,11 +29,11 @@ from cairn._files import check_regular
 from cairn.agent import PromptBuilder
 from cairn.envs import TextEnv
 from cairn.policies import HFPolicy, build_policy
-from cairn.rollout import EnvFactory, RolloutSettings, make_env_pool, rollout, tasks_for_groups
+from cairn.rollout import RolloutSettings, make_env_pool, rollout, tasks_for_groups
 from cairn.rollout.envpool import GuardedEnv
 from cairn.train.checkpoint import latest_checkpoint
 from cairn.train.config import Config, ConfigError, load_config
-from cairn.train.setup import prompt_builder, sampling_settings
+from cairn.train.setup import config_env_factory, prompt_builder, sampling_settings
 from cairn.train.trainer import episode_stats
 
 __all__ = [
@@ -70,7 +70,7 @@ def greedy_eval(
 def open_checkpoint(cfg: Config, checkpoint: Path) -> Iterator[tuple[HFPolicy, Any, PromptBuilder]]:
     """(policy, env pool, prompt builder) of ``checkpoint``, read-only: weights and tokenizer
     only, no resuming Trainer; the envs are closed on exit."""
-    factory = EnvFactory.of(cfg.env.name, **cfg.eval_env_options())
+    factory = config_env_factory(cfg, held_out=True)
     r = cfg.rollout  # an env fault drops its episode, as in the trainer's own evaluation
     envs = make_env_pool(factory, r.workers, r.worker_backend, r.env_timeout_s)
     try:

@@ -17,7 +17,7 @@ loop's (``cairn.train.state.TrainState``); ``cairn.train.resume`` joins the two.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -44,7 +44,7 @@ from cairn.train.curriculum import make_curriculum
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, SideLearner, build_learners
 from cairn.train.resume import _check_optimizer
-from cairn.train.setup import build_policy_engine, sampling_settings
+from cairn.train.setup import build_policy_engine, config_env_factory, sampling_settings
 from cairn.train.state import put
 
 __all__ = ["TrainParts", "build_parts"]
@@ -147,21 +147,20 @@ class TrainParts:
 def _train_factory(env: EnvFactory, curriculum: Any) -> EnvFactory:
     if curriculum is None:
         return env
-    return EnvFactory.of(env.name, **curriculum.env_options(env.options))
+    return replace(env, options=curriculum.env_options(env.options))
 
 
 def build_parts(cfg: Config, run_dir: Path, dist: Dist, ckpt: Path | None) -> TrainParts:
     """A trainer's parts for ``cfg`` (module docstring: what, in which order); the weights
     and the learners' from ``ckpt`` when given (the rest of its state: ``load_state_dict``)."""
-    env_factory = EnvFactory.of(cfg.env.name, **cfg.env.options)  # workers: registration too
+    env_factory = config_env_factory(cfg)  # workers: registration and plugins too
     r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool
     workers = (r.workers, r.worker_backend, r.env_timeout_s, r.max_env_error_rate)
     # A curriculum trains at its level's env options; evaluation keeps env.options (with
     # eval.env_options over them: a test split).
     curriculum = make_curriculum(cfg.curriculum.name, cfg.curriculum.options)
     train_envs = make_env_pool(_train_factory(env_factory, curriculum), *workers)
-    eval_factory = EnvFactory.of(cfg.env.name, **cfg.eval_env_options())
-    eval_envs = make_env_pool(eval_factory, *workers)
+    eval_envs = make_env_pool(config_env_factory(cfg, held_out=True), *workers)
     probe = (train_envs if curriculum is None else eval_envs).take(1)[0]
     policy, engine, prompt = build_policy_engine(cfg, probe, run_dir, dist, ckpt)
     loss_cfg = LossConfig(**cfg.model_dump()["loss"])

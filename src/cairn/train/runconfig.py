@@ -179,13 +179,16 @@ def resume_config(run_dir: Path, ckpt: Path, overrides: list[str]) -> Config:
     """The config to resume ``run_dir`` from checkpoint ``ckpt`` with: config.yaml and its
     amendments as the checkpoint was trained with them (checked against its hash), then
     the amendments already made at this checkpoint, then ``overrides``. ConfigError in
-    one line when config.yaml is missing, empty, unparsable or differs (naming the keys)."""
+    one line when config.yaml is missing, empty, unparsable or differs (naming the keys).
+    Only the config returned is checked against the registries (its ``imports`` loaded);
+    config.yaml and the checkpoint's copy are validated as data, so code that they alone
+    name never runs (``cairn.train.trust`` asks for consent to what the result names)."""
     run_dir = Path(run_dir)
     iteration, sha, copy = saved_config(ckpt)
     before = iteration if iteration is not None else 0
     base = _replayed(run_dir, before)
     try:
-        base_cfg = _validate(dict(base))
+        base_cfg = _validate(dict(base), check=False)  # its plugins: only the final config's
     except ConfigError as err:
         raise ConfigError(f"--resume {run_dir}: config.yaml: {err}") from None
     if sha is not None and config_sha256(base_cfg) != sha:
@@ -202,7 +205,7 @@ def _mismatch(run_dir: Path, ckpt: Path, cfg: Config, sha: str, copy: dict[str, 
         "(recorded in amendments.jsonl)"
     )
     try:
-        original = _validate(dict(copy)) if copy is not None else None
+        original = _validate(dict(copy), check=False) if copy is not None else None
     except ConfigError:
         original = None
     if original is None or config_sha256(original) != sha:
@@ -219,7 +222,7 @@ def record_amendment(run_dir: Path, iteration: int, cfg: Config) -> list[dict[st
     run_dir = Path(run_dir)
     try:
         rundir.keep_amendments(run_dir, iteration)
-        prior = _validate(_replayed(run_dir, iteration, upto=iteration))
+        prior = _validate(_replayed(run_dir, iteration, upto=iteration), check=False)
     except (ConfigError, ValueError):
         return []
     changes = config_changes(prior.model_dump(mode="json"), cfg.model_dump(mode="json"))

@@ -1,5 +1,5 @@
-"""Pieces a trainer is built from: its run directory name, the sampling settings, and the
-policy with its generation engine and prompt builder.
+"""Pieces a trainer is built from: its run directory name, the env factory, the sampling
+settings, and the policy with its generation engine and prompt builder.
 
 Two checks guard a pretrained model (``model.path``): ``check_token_budget`` encodes the
 env's gold action, written in ``agent.action_format``, with the model's own tokenizer and
@@ -11,6 +11,7 @@ here): an error or a ``TinyKeyWarning``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -19,7 +20,7 @@ from cairn.agent import PromptBuilder, example_completion
 from cairn.envs import make
 from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
-from cairn.rollout import STRATEGIES, RolloutSettings
+from cairn.rollout import STRATEGIES, EnvFactory, RolloutSettings
 from cairn.rollout.envpool import GuardedEnv
 from cairn.train.preflight import TinyKeyWarning, tiny_key_problems, warn_tiny_keys
 
@@ -35,6 +36,7 @@ __all__ = [
     "budget_check",
     "build_policy_engine",
     "check_token_budget",
+    "config_env_factory",
     "describe_format",
     "new_run_dir",
     "prompt_words",
@@ -55,6 +57,14 @@ def new_run_dir(cfg: Config) -> Path:
     while path.exists():
         path, k = Path(f"{base}-{k}"), k + 1
     return path
+
+
+def config_env_factory(cfg: Config, held_out: bool = False) -> EnvFactory:
+    """The factory of the env ``cfg`` names, carrying ``cfg.imports``: an env worker in a
+    fresh interpreter loads those plugins before it builds the env (``cairn._env_host``).
+    ``held_out``: at the options of held-out evaluation (``eval.env_options`` over them)."""
+    options = cfg.eval_env_options() if held_out else cfg.env.options
+    return replace(EnvFactory.of(cfg.env.name, **options), imports=tuple(cfg.imports))
 
 
 def sampling_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSettings:

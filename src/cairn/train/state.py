@@ -60,7 +60,10 @@ class TrainState:
     @classmethod
     def start(cls, seed: int, rank: int = 0) -> TrainState:
         """A fresh run's state: zero counters, streams seeded from ``seed`` (rank 0 keeps
-        the single-process streams; other ranks draw their own tasks and tokens)."""
+        the single-process streams; other ranks draw their own tasks and tokens). Seeds
+        torch's global generator too: a process starts it from a random seed, so two
+        identical runs would otherwise checkpoint different ``torch_rng`` states."""
+        torch.manual_seed(seed * 7919 + 5 + 104729 * rank)
         return cls(
             task_rng=np.random.default_rng([seed, 1, rank] if rank else [seed, 1]),
             shuffle_rng=np.random.default_rng([seed, 2]),

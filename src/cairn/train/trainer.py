@@ -71,6 +71,7 @@ from cairn.train.runlog import RunLog
 from cairn.train.setup import new_run_dir
 from cairn.train.state import TrainState
 from cairn.train.summary import episode_stats, summarize
+from cairn.train.trust import named_code, record_run
 from cairn.train.warmup import run_warmup_stage
 
 __all__ = ["Trainer", "episode_stats", "new_run_dir"]
@@ -137,14 +138,18 @@ class Trainer:
         self.config_sha256 = config_sha256(cfg)
         if self.dist.is_main and not resume:
             rundir.write_config(self.dir, cfg.model_dump())
+            # the code this config names was the user's choice: reading the run needs no
+            # --trust-code later (cairn.train.trust; the store lives outside the run)
+            record_run(self.dir, named_code(cfg.model_dump()))
         self.iteration_started: float | None = None  # perf_counter of the iteration in flight
 
+        # Counters and random streams (tasks, minibatch order, token sampling, torch's global
+        # generator): seeded before any part draws from them, checkpointed.
+        rank = self.dist.rank
+        self.state = TrainState.start(cfg.seed, rank)
         # The parts: envs, policy + engine + prompt, optimizer, KL reference, learners,
         # rollout strategy + exploration, rewards (cairn.train.parts, in that order).
         self.parts: TrainParts = build_parts(cfg, self.dir, self.dist, ckpt)
-        # Counters and random streams (tasks, minibatch order, token sampling): checkpointed.
-        rank = self.dist.rank
-        self.state = TrainState.start(cfg.seed, rank)
         self.local_groups = len(self.dist.shard(range(cfg.rollout.groups)))  # this rank's share
         if self.local_groups == 0:
             raise ValueError(f"rollout.groups={cfg.rollout.groups} < {self.dist.world} ranks")

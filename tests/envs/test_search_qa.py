@@ -314,3 +314,21 @@ def test_tools_are_search_and_answer_schemas_matching_the_env_actions():
     for action in env.gold_actions():  # every gold action round-trips through a tool call
         call = format_completion(action, fmt="tool_call")
         assert env.step(parse_action(call, fmt="tool_call"))[4]["valid"]
+
+
+def test_fuzzy_search_reads_a_misspelt_name_as_the_closest_word_of_the_documents():
+    # kb_seed 0 holds Polbelron and Thafensa; "polbelon" is one letter off, "vexmo" no name
+    from cairn.envs._kb import build_kb
+
+    kb = build_kb(0, 12)
+    assert kb.spelled("polbelon") == "polbelron" and kb.spelled("tafensa") == "thafensa"
+    assert kb.spelled("born") == "born" and kb.spelled("vexmo") is None
+    exact = make("search_qa", kb_seed=0, kb_size=12, top_k=3)
+    fuzzy = make("search_qa", kb_seed=0, kb_size=12, top_k=3, fuzzy=True)
+    for env in (exact, fuzzy):
+        env.reset(seed=0)
+    assert exact.retrieve("Polbelon founded by") == exact.retrieve("founded by")  # name lost
+    assert fuzzy.retrieve("Polbelon founded by") == exact.retrieve("Polbelron founded by")
+    assert fuzzy.retrieve("Vexmo") == [] == exact.retrieve("Vexmo")
+    with pytest.raises(ValueError, match="fuzzy"):
+        make("search_qa", fuzzy="yes")

@@ -9,6 +9,7 @@ retrieves one fact per hop. All text comes from fixed templates, so the word set
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,6 +33,10 @@ SYLLABLES: tuple[str, ...] = (
     "fen", "lu", "pol",
 )  # fmt: skip
 TYPES: tuple[str, ...] = ("person", "company", "city", "country")
+#: The least difflib ratio at which a query word is read as a word of the documents
+#: (``KnowledgeBase.spelled``): one letter off in a name of 5-9 letters passes, another
+#: name of the knowledge base (a few shared syllables) mostly does not.
+SPELLING_CUTOFF = 0.8
 
 
 @dataclass(frozen=True)
@@ -115,17 +120,32 @@ class KnowledgeBase:
             RELATIONS[rel].document.format(s=subj, o=obj) for (subj, rel), obj in facts.items()
         ]
         self.type_of = {name: t for t, names in entities.items() for name in names}
+        corpus = [tokenize(d) for d in self.documents]
+        self.words = sorted({w for doc in corpus for w in doc})  # the index's vocabulary
         self._bm25 = bm25s.BM25()
-        self._bm25.index([tokenize(d) for d in self.documents], show_progress=False)
+        self._bm25.index(corpus, show_progress=False)
 
-    def retrieve(self, query: str, k: int) -> list[str]:
-        """The top-``k`` documents for ``query`` by BM25 score; zero-score documents dropped."""
+    def retrieve(self, query: str, k: int, fuzzy: bool = False) -> list[str]:
+        """The top-``k`` documents for ``query`` by BM25 score; zero-score documents dropped.
+
+        ``fuzzy``: a query word the documents lack is read as the closest word they hold
+        (``spelled``), as a search engine corrects a misspelt name."""
         tokens = tokenize(query)
+        if fuzzy:
+            tokens = [w for w in map(self.spelled, tokens) if w is not None]
         if not tokens:
             return []
         scores = np.asarray(self._bm25.get_scores(tokens))  # (D,)
         top = np.argsort(-scores, kind="stable")[:k]  # ties keep document order
         return [self.documents[i] for i in top if scores[i] > 0]
+
+    def spelled(self, word: str) -> str | None:
+        """``word`` if the documents hold it, else their closest word by difflib's ratio
+        (at least ``SPELLING_CUTOFF``: ``polbelon`` is ``polbelron``), else None."""
+        if word in self.words:
+            return word
+        close = difflib.get_close_matches(word, self.words, n=1, cutoff=SPELLING_CUTOFF)
+        return close[0] if close else None
 
     def names(self) -> list[str]:
         return [n for names in self.entities.values() for n in names]

@@ -12,7 +12,8 @@ chain; ``kb_seed`` fixes one knowledge base and lets the seed vary only the ques
 
 Actions:
 - ``search[query]``: the next observation lists the top-k documents, ``[1] ...`` per line
-  (``no results`` when no document shares a word with the query); the episode goes on.
+  (``no results`` when no document shares a word with the query; with ``fuzzy=True`` a
+  query word no document holds counts as the closest one they hold); the episode goes on.
 - ``answer[text]``: ends the episode; reward is exact match after SQuAD normalisation
   (lowercase, no punctuation or articles) or token F1 (``reward="f1"``); success is exact
   match in both modes.
@@ -155,6 +156,9 @@ class SearchQA(TextEnv):
             docstring).
         example_pool: text rendering: the example episode drawn per question from
             ``EXAMPLE_POOL`` (module docstring); default False: the fixed Kalomi example.
+        fuzzy: a query word no document holds is read as the closest one they hold
+            (``KnowledgeBase.spelled``), so a misspelt name still finds its documents:
+            SmolLM2 wrote "Polbelon" for "Polbelron" and got no results.
     """
 
     example_action = "search[Kalomi born]"
@@ -170,9 +174,11 @@ class SearchQA(TextEnv):
         max_steps: int = 8,
         render: str = "compact",
         example_pool: bool = False,
+        fuzzy: bool = False,
     ) -> None:
         super().__init__()
         self.example_pool = check_bool("example_pool", example_pool)
+        self.fuzzy = check_bool("fuzzy", fuzzy)
         self.kb_seed = None if kb_seed is None else check_int("kb_seed", kb_seed, 0)
         self.kb_size = check_int("kb_size", kb_size, 3, 500)
         self.hops = check_int_choices("hops", hops, (1, 2, 3))
@@ -252,7 +258,8 @@ class SearchQA(TextEnv):
         """The top-``k`` documents (default ``top_k``) of the current knowledge base."""
         if self._kb is None:
             raise RuntimeError("search_qa: call reset() before retrieve()")
-        return self._kb.retrieve(query, self.top_k if k is None else check_int("k", k, 1))
+        k = self.top_k if k is None else check_int("k", k, 1)
+        return self._kb.retrieve(query, k, fuzzy=self.fuzzy)
 
     # -- episode -----------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

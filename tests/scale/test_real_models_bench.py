@@ -169,15 +169,21 @@ def test_pass_at_k_levels_lists_levels_and_counts_mixed_groups():
     # 1) / 3; only the middle group is mixed
     stats = mod.group_stats([[False] * 4, [True, False, False, False], [True] * 4], [1, 2])
     assert stats == {"pass@1": 1.25 / 3, "pass@2": 1.5 / 3, "mixed": 1 / 3}
-    from types import SimpleNamespace
+    from cairn.train.schema import Config
 
-    cfg = SimpleNamespace(
-        env=SimpleNamespace(options={"hops": [1, 2], "kb_size": 12}),
-        curriculum=SimpleNamespace(options={"levels": [{"hops": 1}, {}]}),
-    )
-    assert [o for _, o in mod.levels(cfg)] == [
+    def config(levels: list[dict], held_out: dict | None = None) -> Config:
+        return Config.model_validate({
+            "env": {"name": "search_qa", "options": {"hops": [1, 2], "kb_size": 12}},
+            "curriculum": {"name": "success_rate", "options": {"levels": levels}},
+            "eval": {"env_options": held_out or {}},
+        })  # fmt: skip
+
+    assert [o for _, o in mod.levels(config([{"hops": 1}, {}]))] == [
         {"hops": 1, "kb_size": 12},
         {"hops": [1, 2], "kb_size": 12},  # the last level is the held-out one: not repeated
     ]
-    cfg.curriculum.options = {}
-    assert mod.levels(cfg) == [("held-out (env.options)", {"hops": [1, 2], "kb_size": 12})]
+    only = [("held-out (env.options)", {"hops": [1, 2], "kb_size": 12})]
+    assert mod.levels(config([])) == only
+    # eval.env_options (a test split) hold at every level measured on held-out seeds
+    tested = mod.levels(config([{"hops": 1}], {"kb_size": 6}))
+    assert [o for _, o in tested] == [{"hops": 1, "kb_size": 6}, {"hops": [1, 2], "kb_size": 6}]

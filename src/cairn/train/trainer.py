@@ -17,7 +17,7 @@
 
 Nothing here knows a specific estimator, env, strategy or method: they come by name from
 the config, and what a method needs arrives as data (step columns, per-token flags the
-loss config interprets, estimator parts) or as a wrapper around the rollout strategy.
+loss config interprets, an estimator's terms) or as a wrapper around the rollout strategy.
 The counters and every random stream live in ``TrainState`` (``cairn.train.state``), whose
 state is checkpointed with the rest (``cairn.train.resume``), so a resumed run repeats an
 uninterrupted one exactly.
@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 import numpy as np
 import torch
 
+from cairn.advantages import Terms
 from cairn.advantages import compute as compute_advantages
 from cairn.agent import PromptBuilder
 from cairn.data import rundir
@@ -269,17 +270,17 @@ class Trainer:
         rollout_tokens = self.policy.forward_tokens - tokens_before
         t1 = time.perf_counter()
         # --- advantage -----------------------------------------------------------------------
-        batch, adv, parts = self.advantage(episodes)
+        batch, adv, terms = self.advantage(episodes)
         t2 = time.perf_counter()
         # --- update --------------------------------------------------------------------------
-        actor, update_tokens = self.learn(episodes, batch, adv, parts)
+        actor, update_tokens = self.learn(episodes, batch, adv, terms)
         self.divergence.after_update(actor, self.iteration, cfg.optim.lr)
         t3 = time.perf_counter()
         # --- log -----------------------------------------------------------------------------
         self.episodes += int(self.dist.sum(rounds.sampled))
         self.train_seconds = self.dist.broadcast_object(self.train_seconds + t3 - t0)
         if cfg.log.trajectories_every and self.iteration % cfg.log.trajectories_every == 0:
-            self._dump(episodes, adv, parts)
+            self._dump(episodes, adv, terms)
         played = [e for e in episodes if Source(e.source).from_policy] or episodes
         climbed = self._climb(played)
         return self.dist.mean_metrics({
@@ -338,24 +339,22 @@ class Trainer:
         for reward in self.rewards:
             reward(episodes, self.reward_ctx)
 
-    def advantage(
-        self, episodes: list[Episode]
-    ) -> tuple[StepBatch, np.ndarray, dict[str, np.ndarray]]:
+    def advantage(self, episodes: list[Episode]) -> tuple[StepBatch, np.ndarray, Terms]:
         """The step table (one row per step; a learner may fill columns first, e.g. the
         value), its per-step advantages (the estimator, then the whitening) and the
-        estimator's parts."""
+        estimator's terms."""
         for learner in self.learners:
             learner.score(episodes)
         batch = to_step_batch(episodes)
-        adv, parts = compute_advantages(batch, self.cfg.advantage)
-        return batch, adv, parts
+        adv, terms = compute_advantages(batch, self.cfg.advantage)
+        return batch, adv, terms
 
     def learn(
         self,
         episodes: list[Episode],
         batch: StepBatch,
         adv: np.ndarray,
-        parts: dict[str, np.ndarray],
+        terms: Terms,
     ) -> tuple[dict[str, float], int]:
         """The token batch of ``episodes`` with advantages ``adv`` (+ the KL reference's
         log-probs), the update of every learner, the new weights to the sampler. Returns
@@ -369,7 +368,7 @@ class Trainer:
                 self.policy, self.ref_model, tokens, cfg.rollout.temperature
             )
         tokens_before = self.policy.forward_tokens
-        metrics = self.update(tokens, batch, parts)
+        metrics = self.update(tokens, batch, terms)
         update_tokens = self.policy.forward_tokens - tokens_before  # every epoch's passes
         self.engine.sync()  # vllm: the new weights to the sampler
         return metrics, update_tokens
@@ -382,16 +381,16 @@ class Trainer:
         self,
         tokens: TokenBatch,
         batch: StepBatch | None = None,
-        parts: dict[str, np.ndarray] | None = None,
+        terms: Terms | None = None,
     ) -> dict[str, float]:
         """PPO epochs for the actor, then for each other learner (they read the step table
-        ``batch`` and the estimator's ``parts``); the mean of each metric. The actor reads
+        ``batch`` and the estimator's ``terms``); the mean of each metric. The actor reads
         neither: it alone may update without them (``batch`` None)."""
         if batch is None and self.learners:
             names = ", ".join(x.name for x in self.learners)
             raise ValueError(f"update: the learners beside the actor ({names}) need the step table")
         return train_learners(
-            [self.actor, *self.learners], tokens, cast(StepBatch, batch), parts or {},
+            [self.actor, *self.learners], tokens, cast(StepBatch, batch), terms or {},
             optim=self.cfg.optim, dist=self.dist, rng=self.state.shuffle_rng,
             stop=self.out_of_time,
         )  # fmt: skip
@@ -447,11 +446,11 @@ class Trainer:
             self.log.say(f"untrained greedy success {stats['eval/success']:.3f}")
         return stats
 
-    def _dump(self, episodes: list[Episode], adv: np.ndarray, parts: dict[str, np.ndarray]):
+    def _dump(self, episodes: list[Episode], adv: np.ndarray, terms: Terms):
         groups = sorted({e.group for e in episodes})[: self.cfg.log.trajectory_groups]
         keep = np.array([e.group in groups for e in episodes for _ in e.steps], dtype=bool)
         chosen = [e for e in episodes if e.group in groups]
-        per_step = {"advantage": adv[keep], **{k: v[keep] for k, v in parts.items()}}
+        per_step = {"advantage": adv[keep], **{k: v[keep] for k, v in terms.items()}}
         # What the model saw: each turn's prompt text, decoded from its ids, stored as the
         # part new since the turn before (``to_records``; ``prompt_texts`` rebuilds them).
         decode = getattr(self.policy.tokenizer, "decode", None)

@@ -132,11 +132,15 @@ def test_printed_config_loads_back_to_the_same_config(name, tmp_path, capsys):
     assert load_config(printed) == load_config(name)
 
 
-def test_config_keys_prints_regex_defaults_verbatim(capsys):
+def test_config_keys_prints_regex_defaults_verbatim(capsys, monkeypatch):
+    import cairn.train.schema as schema
+
+    # a key whose default is a regex (as a strategy's search pattern would be)
+    regex = ("x.search_pattern", r"^\s*search\s*\[(.*)\]\s*$", "a regex")
+    keys = schema.describe()
+    monkeypatch.setattr(schema, "describe", lambda: [*keys, regex])
     assert main(["config", "--keys"]) == 0
     out = capsys.readouterr().out
-    line = next(
-        x for x in out.splitlines() if x.startswith("exploration.self_search.search_pattern")
-    )
+    line = next(x for x in out.splitlines() if x.startswith("x.search_pattern"))
     assert r"'^\\s*search\\s*\\[(.*)\\]\\s*$'" in line  # repr of the regex, "\[" kept
     assert "[bold]" not in out and "[dim]" not in out

@@ -76,7 +76,7 @@ def evaluate_modes(run_dir: Path, questions: int) -> dict[str, float]:
 
 def _self_search_options(cfg) -> dict:
     """The run's ``ssrl`` options; the preset's for the arm trained without self-search."""
-    name, options = cfg.rollout_strategy()
+    name, options = cfg.rollout.strategy, dict(cfg.rollout.options)
     return options if name == "ssrl" else load_config(ROOT / "configs" / PRESET).rollout.options
 
 

@@ -596,24 +596,6 @@ class Config(_Section):
             )
         return self
 
-    @model_validator(mode="after")
-    def _exploration_sampler(self) -> Config:
-        alias = self.exploration.alias_strategy()  # old spellings of rollout.strategy
-        if alias is not None and self.rollout.strategy != "group":
-            raise ValueError(
-                "exploration.strategy / exploration.self_search sample episodes themselves "
-                f"(they are rollout.strategy {alias[0]!r}, and leave rollout.strategy 'group'); "
-                f"got {self.rollout.strategy!r}"
-            )
-        self.exploration.check_old_keys(self.rollout.strategy)
-        return self
-
-    def rollout_strategy(self) -> tuple[str, dict[str, Any]]:
-        """(name, options) of the rollout strategy this config samples with: ``rollout``'s,
-        or the one an old ``exploration.strategy`` / ``self_search`` section selects."""
-        alias = self.exploration.alias_strategy()
-        return alias if alias is not None else (self.rollout.strategy, dict(self.rollout.options))
-
 
 # -- checks shared by several sections --------------------------------------------------------
 def check_model_path(path: str | None) -> str | None:

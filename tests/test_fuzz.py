@@ -15,7 +15,7 @@ import pytest
 
 from cairn.cli import main
 from cairn.envs import available, env_class, env_traits, make
-from cairn.train.config import describe
+from cairn.train.schema import describe
 
 #: Every registered env, from the registry; the ones registered ``slow=True`` (a process to
 #: start, games to generate) are slow tests (the benchmark fuzzes every built-in env too).

@@ -657,7 +657,7 @@ def check_cli(argv: list[str], work: Path) -> tuple[str, str]:
 
 
 def part_cli(n: int, seed: int, work: Path) -> tuple[list[list[Any]], str]:
-    from cairn.train.config import describe
+    from cairn.train.schema import describe
 
     (work / "empty").mkdir(exist_ok=True)
     keys = [k for k, _, _ in describe()]

@@ -39,10 +39,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from cairn.rollout import EnvFactory, RolloutContext, make_env_pool, make_strategy  # noqa: E402
-from cairn.train.config import Config, load_config  # noqa: E402
+from cairn.train.config import load_config  # noqa: E402
 from cairn.train.evaluate import open_checkpoint  # noqa: E402
 from cairn.train.pass_at_k import pass_at_k  # noqa: E402
 from cairn.train.records import write_section  # noqa: E402
+from cairn.train.schema import Config  # noqa: E402
 from cairn.train.setup import sampling_settings  # noqa: E402
 from cairn.train.summary import task_blind_share  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 
 from cairn.advantages import compute, estimate
 from cairn.data import StepBatch
-from cairn.train.config import AdvantageConfig
+from cairn.train.schema import AdvantageConfig
 
 
 def _batch(rewards: list[float]) -> StepBatch:

@@ -8,7 +8,8 @@ import warnings
 import pytest
 import yaml
 
-from cairn.train.config import ConfigError, load_config
+from cairn._errors import ConfigError
+from cairn.train.config import load_config
 from cairn.train.loggers import LoggerSet, LoggerWarning, available_loggers, scalars
 from cairn.train.runlog import RunLog
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cairn._errors import ConfigError
 from cairn.cli import main
 from cairn.train.compare import compare
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.runlog import read_metrics
 
 TINY = [

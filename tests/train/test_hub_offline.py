@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
+from cairn._errors import ConfigError
 from cairn.train import preflight
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 
 
 @pytest.fixture

@@ -17,10 +17,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from cairn._errors import ConfigError
 from cairn.agent import example_completion, parse_action
 from cairn.envs import make
 from cairn.policies import smol
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.presets import available_presets, preset_text
 from cairn.train.setup import TinyKeyWarning, check_token_budget
 

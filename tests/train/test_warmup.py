@@ -7,12 +7,13 @@ import json
 import pytest
 import torch
 
+from cairn._errors import ConfigError
 from cairn.agent import PromptBuilder, parse_action
 from cairn.envs import make
 from cairn.policies import HFPolicy, local_tokenizer
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.rollout import RolloutSettings, rollout, tasks_for_groups, turn_stats
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.runlog import read_metrics
 from cairn.train.trainer import Trainer
 from cairn.train.warmup import demonstrations, supervised_warmup, think_text

@@ -24,8 +24,8 @@ import yaml
 
 from cairn.advantages import estimate_terms
 from cairn.data.episode import Episode, Step, to_records, to_step_batch
-from cairn.train.config import Config
 from cairn.train.runlog import RunLog
+from cairn.train.schema import Config
 
 __all__ = ["write_synthetic_run"]
 

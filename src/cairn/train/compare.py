@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from cairn._errors import ConfigError
 from cairn._files import read_text
 from cairn.data import rundir
 from cairn.data.rundir import RunLock, RunLocked
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.records import ci95_half
 
 __all__ = ["COMPARE_LOCK", "CompareLocked", "compare", "summarise", "write_config"]

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from cairn.data.tokens import TokenBatch
     from cairn.policies.engines import Engine
     from cairn.policies.hf import HFPolicy
-    from cairn.train.config import Config, OptimConfig
     from cairn.train.distributed import Dist
+    from cairn.train.schema import Config, OptimConfig
 
 __all__ = [
     "Actor",

@@ -37,12 +37,19 @@ from cairn.losses.config import LossConfig
 
 __all__ = [
     "DEMO_ENV",
+    "MAX_EPISODES",
+    "MAX_GROUPS",
+    "MAX_GROUP_SIZE",
+    "MAX_NEW_TOKENS",
+    "MAX_ROUNDS",
+    "MAX_RUN_NAME",
+    "MAX_TURNS",
+    "MAX_WORKERS",
     "TINY_MODEL_KEYS",
     "AdvantageConfig",
     "AgentConfig",
     "CheckpointConfig",
     "Config",
-    "ConfigError",
     "CriticConfig",
     "CurriculumConfig",
     "EnvConfig",
@@ -66,7 +73,7 @@ __all__ = [
     "stop_problem",
 ]
 
-# -- limits, checked before any work (issue 26) -----------------------------------------------
+# -- limits, checked before any work ------------------------------------------------------------
 # Counts that size memory. A round of B x G episodes is held whole (prompt and action ids,
 # log-probs, text): about 200 KB per episode of 15 turns of 512-token prompts, so 65,536
 # episodes take ~13 GB, what a 24 GB machine holds beside a model and its optimizer.
@@ -266,7 +273,7 @@ class RolloutConfig(_Section):
     )
     groups: int = Field(
         32, gt=0, le=MAX_GROUPS, description=f"B: task instances per iteration (at most "
-        f"{MAX_GROUPS}; B x G at most {MAX_EPISODES}, see cairn.train.config.MAX_EPISODES)."
+        f"{MAX_GROUPS}; B x G at most {MAX_EPISODES}, see cairn.train.schema.MAX_EPISODES)."
     )  # fmt: skip
     group_size: int = Field(
         8, gt=0, le=MAX_GROUP_SIZE,

@@ -60,7 +60,6 @@ from cairn.rollout import (
 from cairn.rollout.dynamic import SamplingRounds
 from cairn.train import budget
 from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
-from cairn.train.config import Config
 from cairn.train.distributed import Dist
 from cairn.train.divergence import DivergenceWatch, finite_outputs
 from cairn.train.learners import Actor, SideLearner, train_learners
@@ -69,13 +68,13 @@ from cairn.train.preflight import check_config
 from cairn.train.resume import restore_trainer, trainer_state
 from cairn.train.runconfig import CONFIG_COPY, config_sha256, config_writer, record_amendment
 from cairn.train.runlog import RunLog
-from cairn.train.setup import new_run_dir
+from cairn.train.schema import Config
 from cairn.train.state import TrainState
 from cairn.train.summary import episode_stats, summarize
 from cairn.train.trust import named_code, record_run
 from cairn.train.warmup import run_warmup_stage
 
-__all__ = ["Trainer", "episode_stats", "new_run_dir"]
+__all__ = ["Trainer"]
 
 TRAIN_SEED_RANGE = 1_000_000_000  # train seeds are drawn below it, eval seeds start at it
 T = TypeVar("T")

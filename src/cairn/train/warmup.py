@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from cairn.agent import PromptBuilder
     from cairn.policies.hf import HFPolicy
     from cairn.rollout.settings import RolloutSettings
-    from cairn.train.config import Config, WarmupConfig
     from cairn.train.parts import TrainParts
+    from cairn.train.schema import Config, WarmupConfig
 
 __all__ = ["demonstrations", "run_warmup", "run_warmup_stage", "supervised_warmup", "think_text"]
 

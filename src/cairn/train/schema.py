@@ -16,21 +16,18 @@ import difflib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     ValidationError,
     create_model,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
-from cairn._errors import ConfigError
 from cairn._regex import regex_groups as _regex_groups
 from cairn.exploration.config import ExplorationConfig
 from cairn.losses.config import LossConfig
@@ -107,20 +104,6 @@ def run_name_problem(name: str) -> str | None:
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    #: Keys added after runs were recorded, left out of the dump while at their default: a
-    #: config that does not set them dumps (and hashes, ``runconfig.config_sha256``) as it
-    #: did before they existed, so runs made then resume.
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _without_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        for key in self._OMIT_AT_DEFAULT:
-            field = type(self).model_fields[key]
-            if getattr(self, key) == field.get_default(call_default_factory=True):
-                data.pop(key, None)
-        return data
-
 
 #: The demo's env and its options (what ``cairn train`` with no config runs). Another env
 #: named without options gets its own constructor's defaults, never these.
@@ -158,7 +141,6 @@ class LoraSection(_Section):
 
 
 class ModelConfig(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("autocast",)
     path: str | None = Field(
         None,
         description="Local Hugging Face model directory, hub name or embedded model "
@@ -212,7 +194,6 @@ TINY_MODEL_KEYS = (
 
 
 class AgentConfig(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("no_progress_penalty", "show_admissible")
     instruction: str | None = Field(
         None, description="Task instruction at the top of the prompt; null uses the env's."
     )
@@ -463,7 +444,6 @@ class TrainConfig(_Section):
 
 
 class EvalConfig(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("env_options",)
     every: int = Field(5, ge=0, description="Greedy evaluation every N iterations (0: only end).")
     episodes: int = Field(
         200, gt=0, le=MAX_EPISODES,
@@ -523,7 +503,6 @@ class CurriculumConfig(_Section):
 
 
 class Config(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("imports", "curriculum")
     name: str = Field(
         "sokoban_gigpo", description="Run name prefix: one folder name (no '/', '\\' or "
         "'..'), printable, no '[' or ']', at most 128 characters."

@@ -1,4 +1,4 @@
-"""Bad input gets one clear line, a non-zero exit and no run folder (issue 15, items 11, 13)."""
+"""Bad input gets one clear line, a non-zero exit and no run folder."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile input fails fast in one line, before any work, and leaves no run folder (issue 26):
+"""Hostile input fails fast in one line, before any work, and leaves no run folder:
 YAML aliases, sizes and counts past their limits, run names that are not one folder name,
 verl-data's --out, a warm-up that cannot write tool calls, a closed stdout pipe."""
 

@@ -1,4 +1,4 @@
-"""Garbage in, one clear answer out (issue 15, Checks): a fast, seeded subset of
+"""Garbage in, one clear answer out: a fast, seeded subset of
 ``benchmarks/faults/faults.py``. Fuzzed actions never raise out of ``env.step`` and answer
 ``valid=False``; fuzzed ``--set`` keys and values, malformed YAML files and bad paths end
 in one line, a non-zero exit, no traceback and no run folder."""

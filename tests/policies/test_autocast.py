@@ -107,8 +107,7 @@ def test_the_tiny_default_is_built_without_autocast(compact_env):
     assert forced.options.autocast is True
 
 
-def test_the_default_leaves_config_dumps_and_hashes_as_before(tmp_path):
-    # Runs made before the key existed resume: their config.yaml replays to the same hash.
+def test_autocast_defaults_to_auto_and_off_is_read_as_off(tmp_path):
     from cairn.train.config import load_config
 
     default = load_config(None, check=False)

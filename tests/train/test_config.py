@@ -98,9 +98,9 @@ def test_stops_that_keep_the_closing_tag_are_accepted():
                        "rollout.stop=['</action>']"])  # fmt: skip
 
 
-# -- env options default to the chosen env's own (issue 35) ---------------------------------
+# -- env options default to the chosen env's own --------------------------------------------
 def test_another_env_named_without_options_gets_its_own_defaults():
-    # before: countdown inherited sokoban's demo options and failed ("has no option 'size'")
+    # not sokoban's demo options, which countdown refuses ("has no option 'size'")
     cfg = load_config(None, ["env.name=countdown"])
     assert cfg.env.options == {}
     assert load_config(None, ["env.name=countdown", "env.options.max_steps=3"]).env.options == {

@@ -33,6 +33,6 @@ def test_config_as_data_imports_nothing_heavy(code):
     assert _loaded_after(code) == []
 
 
-def test_the_one_liner_of_the_issue():
+def test_importing_the_config_loader_leaves_torch_unloaded():
     code = "import cairn.train.config, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

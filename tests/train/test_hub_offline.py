@@ -1,5 +1,5 @@
 """A hub id ('org/name') as model.path with no network: read from the local Hugging Face
-cache at once, or one line saying it is not cached (it retried for 52-186 s, issue 35)."""
+cache at once, or one line saying it is not cached, without waiting on network retries."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The format warm-up stage and the free-text preset end to end (issue 18 item 5)."""
+"""The format warm-up stage and the free-text preset end to end."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ Options are the function's keyword-only parameters; each must have a default and
 components such as GiGPO's ``A_E``) is written once, as its terms function returning
 ``(advantage, {name: (N,) array})``: ``register_terms`` derives the plain estimator (the
 advantage alone) from it, so the signature is written once. (``register(..., terms=twin)``
-still accepts a hand-written twin with the same options; registration checks that both
+takes a hand-written twin with the same options instead; registration checks that both
 signatures agree.) The decorators return a wrapper that validates options, so a direct call
 ``gigpo(batch, norm="bad")`` fails the same way as ``estimate("gigpo", ...)``.
 """

@@ -118,7 +118,7 @@ def _step(s: dict[str, Any], strings: Strings) -> dict[str, Any]:
         out["p"] = _num(s.get("penalty"))
     if s.get("valid") is False:
         out["ok"] = 0
-    if s.get("after_error", s.get("crit")):  # ELPO's flag (named crit in older runs)
+    if s.get("after_error", s.get("crit")):  # ELPO's flag, by either name (COLUMN_ALIASES)
         out["crit"] = 1
     tips = s.get("tips")
     if tips:

@@ -236,7 +236,7 @@ class AgentConfig(_Section):
     show_admissible: bool = Field(
         False, description="List the env's admissible actions (info admissible), one a line, "
         "after the current observation, as verl-agent's ALFWorld prompts do; a model writing "
-        "free text then picks one. Envs that list none are shown as before."
+        "free text then picks one. Envs that list none show no list."
     )  # fmt: skip
 
     @field_validator("action_pattern")

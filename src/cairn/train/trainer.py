@@ -424,7 +424,7 @@ class Trainer:
         """Inside an iteration: has ``train.time_budget_s`` run out, counting the iteration in
         flight? The update asks after each PPO epoch (the first always runs), the clean point
         to stop at: the weights and optimizer are whole, the iteration is logged and saved as
-        usual, and the run then ends (a 38 s iteration no longer overshoots by 38 s)."""
+        usual, and the run then ends (a 38 s iteration does not overshoot the budget by 38 s)."""
         limit, started = self.cfg.train.time_budget_s, self.iteration_started
         if limit is None or started is None:
             return False

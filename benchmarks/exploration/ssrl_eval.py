@@ -40,7 +40,9 @@ from cairn.rollout import RolloutContext, rollout, tasks_for_groups
 from cairn.train.compare import compare, write_config
 from cairn.train.config import load_config
 from cairn.train.evaluate import eval_settings, newest_checkpoint, open_checkpoint
-from cairn.train.records import mean_ci, write_section
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import mean_ci, write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "benchmarks" / "results" / "exploration" / "ssrl_eval.md"

@@ -1,5 +1,5 @@
 """Which recorded numbers still describe today's code: every section of every record under
-benchmarks/results names the commit it ran on (``Commit:``, cairn.train.records); a
+benchmarks/results names the commit it ran on (``Commit:``, benchmarks/_lib/records.py); a
 section is current when nothing under src/ changed between that commit and HEAD, else
 stale (to be re-run, or read as a result of the older code).
 
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 from pathlib import Path
 
-from cairn.train.records import commit_of, read_sections
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import commit_of, read_sections
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -3,6 +3,7 @@
 A script lives in the folder of its record (``benchmarks/<study>/<script>.py`` writes
 ``benchmarks/results/<study>/``), or at the top of benchmarks/ when it serves every record;
 its row in the index names its path, what it measures, its record and how long it runs.
+The modules the scripts share (``benchmarks/_lib/``) are no scripts: they have no row.
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ INDEX = BENCH / "README.md"
 ROW = re.compile(r"^\| `([\w/.-]+\.(?:py|sh))` \|(.+)$", re.MULTILINE)
 
 
+#: Folders under benchmarks/ that hold no scripts: the records and the shared modules.
+NOT_SCRIPTS = ("results", "_lib")
+
+
 def scripts(root: Path = BENCH) -> set[str]:
-    """Every script under ``root`` but the records, as paths relative to it."""
+    """Every script under ``root`` but the records and the shared modules, as paths
+    relative to it."""
     return {
         p.relative_to(root).as_posix()
         for p in root.rglob("*")
-        if p.suffix in (".py", ".sh") and "results" not in p.relative_to(root).parts
+        if p.suffix in (".py", ".sh") and not set(NOT_SCRIPTS) & set(p.relative_to(root).parts)
         and "__pycache__" not in p.parts
     }  # fmt: skip
 
@@ -51,6 +57,8 @@ def test_the_check_fails_for_a_script_missing_from_the_index(tmp_path):
     (tmp_path / "speed" / "new.py").write_text('"""New."""\n')
     (tmp_path / "results" / "speed").mkdir(parents=True)
     (tmp_path / "results" / "speed" / "helper.py").write_text("")  # records are not scripts
+    (tmp_path / "_lib").mkdir()
+    (tmp_path / "_lib" / "records.py").write_text("")  # nor are the shared modules
     text = "| `speed/old.py` | speed | what | `results/speed/old.md` | 1 s |\n"
     assert missing(tmp_path, text) == {"speed/new.py"}
 

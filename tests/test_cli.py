@@ -66,7 +66,7 @@ def test_ttrl_from_a_folder_without_checkpoint_is_a_clear_error(tmp_path, capsys
     assert code == 2 and "no checkpoint" in capsys.readouterr().out
 
 
-# -- presets by name (issue 19) ----------------------------------------------------------------
+# -- presets by name ---------------------------------------------------------------------------
 PRESET_DIR = Path(__file__).resolve().parents[1] / "src" / "cairn" / "presets"
 PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
@@ -121,7 +121,7 @@ def test_version_comes_from_the_package_metadata(capsys):
     assert capsys.readouterr().out.strip() == f"cairn {version('cairn-rl')}"
 
 
-# -- printed configs load back (issue 15, item 12) ---------------------------------------------
+# -- printed configs load back ------------------------------------------------------------------
 @pytest.mark.parametrize("name", PRESETS)
 def test_printed_config_loads_back_to_the_same_config(name, tmp_path, capsys):
     from cairn.train.config import load_config
@@ -132,11 +132,15 @@ def test_printed_config_loads_back_to_the_same_config(name, tmp_path, capsys):
     assert load_config(printed) == load_config(name)
 
 
-def test_config_keys_prints_regex_defaults_verbatim(capsys):
+def test_config_keys_prints_regex_defaults_verbatim(capsys, monkeypatch):
+    import cairn.train.schema as schema
+
+    # a key whose default is a regex (as a strategy's search pattern would be)
+    regex = ("x.search_pattern", r"^\s*search\s*\[(.*)\]\s*$", "a regex")
+    keys = schema.describe()
+    monkeypatch.setattr(schema, "describe", lambda: [*keys, regex])
     assert main(["config", "--keys"]) == 0
     out = capsys.readouterr().out
-    line = next(
-        x for x in out.splitlines() if x.startswith("exploration.self_search.search_pattern")
-    )
+    line = next(x for x in out.splitlines() if x.startswith("x.search_pattern"))
     assert r"'^\\s*search\\s*\\[(.*)\\]\\s*$'" in line  # repr of the regex, "\[" kept
     assert "[bold]" not in out and "[dim]" not in out

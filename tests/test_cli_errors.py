@@ -1,4 +1,4 @@
-"""Bad input gets one clear line, a non-zero exit and no run folder (issue 15, items 11, 13)."""
+"""Bad input gets one clear line, a non-zero exit and no run folder."""
 
 from __future__ import annotations
 
@@ -109,7 +109,8 @@ def test_interrupt_names_the_run_and_what_can_be_resumed(stop_after, tmp_path, c
     ],
 )
 def test_options_are_checked_when_the_config_loads(override, needle):
-    from cairn.train.config import ConfigError, load_config
+    from cairn._errors import ConfigError
+    from cairn.train.config import load_config
 
     with pytest.raises(ConfigError, match=needle) as err:
         load_config(None, [override])

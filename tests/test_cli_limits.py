@@ -1,4 +1,4 @@
-"""Hostile input fails fast in one line, before any work, and leaves no run folder (issue 26):
+"""Hostile input fails fast in one line, before any work, and leaves no run folder:
 YAML aliases, sizes and counts past their limits, run names that are not one folder name,
 verl-data's --out, a warm-up that cannot write tool calls, a closed stdout pipe."""
 
@@ -188,7 +188,7 @@ def test_the_limits_are_stated_in_config_keys(capsys):
     ],
 )
 def test_run_names(name, ok):
-    from cairn.train.config import run_name_problem
+    from cairn.train.schema import run_name_problem
 
     assert (run_name_problem(name) is None) is ok
 

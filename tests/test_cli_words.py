@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from cairn.cli import main
-from cairn.train.config import TINY_MODEL_KEYS, load_config
+from cairn.train.config import load_config
+from cairn.train.schema import TINY_MODEL_KEYS
 
 
 def test_train_help_names_the_common_keys_and_the_progress_abbreviations(capsys):

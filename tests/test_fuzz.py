@@ -1,4 +1,4 @@
-"""Garbage in, one clear answer out (issue 15, Checks): a fast, seeded subset of
+"""Garbage in, one clear answer out: a fast, seeded subset of
 ``benchmarks/faults/faults.py``. Fuzzed actions never raise out of ``env.step`` and answer
 ``valid=False``; fuzzed ``--set`` keys and values, malformed YAML files and bad paths end
 in one line, a non-zero exit, no traceback and no run folder."""
@@ -15,7 +15,7 @@ import pytest
 
 from cairn.cli import main
 from cairn.envs import available, env_class, env_traits, make
-from cairn.train.config import describe
+from cairn.train.schema import describe
 
 #: Every registered env, from the registry; the ones registered ``slow=True`` (a process to
 #: start, games to generate) are slow tests (the benchmark fuzzes every built-in env too).

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from cairn._errors import ConfigError
 from cairn.cli import main
 from cairn.envs import ENVS
 from cairn.plugins import load_plugins
 from cairn.rewards import REWARDS
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 
 TINY = ["train.iterations=2", "train.time_budget_s=null", "rollout.groups=2"]
 TINY += ["rollout.group_size=2", "eval.episodes=2", "eval.at_start=false", "log.progress=false"]

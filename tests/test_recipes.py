@@ -19,11 +19,12 @@ import pytest
 
 import cairn.advantages
 import cairn.envs
+from cairn._errors import ConfigError
 from cairn.cli import main
 from cairn.data import StepBatch
 from cairn.envs.testing import check_env
 from cairn.plugins import load_plugins
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.preflight import check_config
 
 #: The fast settings of tests/test_plugins.py: two iterations of the tiny model.

@@ -54,7 +54,9 @@ from cairn.rollout.branching import Forest
 from cairn.rollout.branching import Path as Branch
 from cairn.rollout.error_search import ErrorSearchStrategy, Search
 from cairn.train.config import load_config
-from cairn.train.records import provenance, write_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import provenance, write_record
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "sokoban_gigpo.yaml"

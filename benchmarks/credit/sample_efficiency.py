@@ -26,7 +26,9 @@ from pathlib import Path
 
 from cairn.report.plots import plot_compare_dir
 from cairn.train.compare import compare
-from cairn.train.records import write_section
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "credit"

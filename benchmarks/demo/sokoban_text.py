@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cairn.train.records import write_section
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "src" / "cairn" / "presets" / "sokoban_text.yaml"

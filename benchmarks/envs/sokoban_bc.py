@@ -3,10 +3,10 @@
 LUFFY's cold start was reached with one box and not with two (the cold_start sections of
 benchmarks/results/exploration/exploration_compare.md). This separates "the model cannot
 learn the task from demonstrations" from "the mixed-policy loss transfers them too slowly": teacher
-forcing (the same ``sft`` as the LADDER warm-up) on the solver's plans for ``--demos`` rooms
-of the LUFFY preset's distribution, one example per step (replayed by LUFFY's
-``demo_episode``: the prompt and action ids its loss trains on), then greedy success on the
-preset's held-out evaluation rooms every two epochs.
+forcing (``cairn.train.warmup.supervised_passes``, the format warm-up's loop) on the
+solver's plans for ``--demos`` rooms of the LUFFY preset's distribution, one example per
+step (replayed by LUFFY's ``demo_episode``: the prompt and action ids its loss trains on),
+then greedy success on the preset's held-out evaluation rooms every two epochs.
 
     python benchmarks/envs/sokoban_bc.py --seeds 2 --tag 1box   # the preset (7x7, 1 box, 8-14)
     python benchmarks/envs/sokoban_bc.py --seeds 2 --set env.options.num_boxes=2 --tag 2box
@@ -27,9 +27,11 @@ import torch
 from cairn.envs import make
 from cairn.exploration.demos import demo_episode
 from cairn.train.config import load_config
-from cairn.train.records import write_section
-from cairn.train.sft import sft
 from cairn.train.trainer import Trainer
+from cairn.train.warmup import supervised_passes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "sokoban_luffy.yaml"
@@ -68,7 +70,10 @@ def run(seed: int, args: argparse.Namespace, out: Path) -> list[dict[str, float]
     data = demonstrations(trainer, args.demos)
     curve = [{"epochs": 0, "examples": len(data), **trainer.evaluate()}]
     for chunk in range(args.epochs // 2):
-        losses = sft(policy, data, 2, 64, args.lr, seed * 1000 + chunk)
+        losses = supervised_passes(
+            policy, data, epochs=2, lr=args.lr, minibatch_size=64, time_budget_s=None,
+            seed=seed * 1000 + chunk,
+        ).epoch_losses  # fmt: skip
         policy.model.eval()
         curve.append({"epochs": 2 * (chunk + 1), "loss": losses[-1], **trainer.evaluate()})
         policy.model.train()
@@ -93,7 +98,8 @@ def main() -> int:
         f"Command: `{command}` (preset `configs/sokoban_luffy.yaml`"
         + (f" with {', '.join(args.overrides)}" if args.overrides else "")
         + f"; {args.demos} rooms' solver plans, one example per step, teacher forcing with "
-        f"AdamW lr {args.lr}, batch 64; {time.time() - start:.0f} s wall, one torch thread).",
+        f"AdamW lr {args.lr}, minibatches of ~64, gradient norm clipped at 1; "
+        f"{time.time() - start:.0f} s wall, one torch thread).",
         "",
         "Greedy success on the preset's held-out evaluation rooms after each two epochs:",
         "",

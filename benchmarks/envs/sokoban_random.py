@@ -10,6 +10,7 @@ the episode ends (solved or the step limit).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +18,9 @@ import numpy as np
 
 from cairn.envs import make
 from cairn.train.config import load_config
-from cairn.train.records import write_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {  # label -> (preset, overrides)

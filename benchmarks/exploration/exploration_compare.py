@@ -30,8 +30,10 @@ import numpy as np
 
 from cairn.report.plots import plot_compare_dir
 from cairn.train.compare import compare, write_config
-from cairn.train.records import write_section
 from cairn.train.runlog import read_metrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "benchmarks" / "results" / "exploration" / "exploration_compare.md"

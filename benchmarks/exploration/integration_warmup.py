@@ -40,8 +40,8 @@ from cairn.agent import parse_action
 from cairn.envs import make
 from cairn.envs.integration import TERMS
 from cairn.train.config import load_config
-from cairn.train.sft import sft
 from cairn.train.trainer import Trainer
+from cairn.train.warmup import supervised_passes
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SEEDS, TEST_SEEDS = 1_000_000, 2_000_000  # apart from the RL runs' seeds
@@ -179,7 +179,10 @@ def main() -> int:
         for k, n in counts.items():
             data += pairs(policy, prompt, 1, n, TRAIN_SEEDS + 100_000 * k, terms=k)
         data = [(p, a) for p, a in data if len(a) <= cfg.rollout.max_new_tokens]  # that fit
-        losses = sft(policy, data, args.epochs, 64, args.lr, cfg.seed)
+        losses = supervised_passes(
+            policy, data, epochs=args.epochs, lr=args.lr, minibatch_size=64, time_budget_s=None,
+            seed=cfg.seed,
+        ).epoch_losses  # fmt: skip
         policy.model.save_pretrained(args.out, safe_serialization=True)
         policy.tokenizer.save_pretrained(args.out)
     policy.model.eval()

@@ -5,7 +5,7 @@ than the actions, so that parallel rollouts differ in plan; the claim is more di
 exploration and a better pass@k at the same number of samples. Both arms are the
 ``sokoban_sge`` preset (GRPO, sparse outcome reward), one sampling with ``group``, trained on
 the same episode budget and seeds. Each trained run is then only read (its newest
-checkpoint's weights and saved sampler state, ``cairn.train.pass_at_k``; never resumed)
+checkpoint's weights and saved sampler state, ``benchmarks/_lib/pass_at_k.py``; never resumed)
 and samples n = 16 episodes on each of R held-out rooms, with:
 
 - ``grpo``: its own training-time sampler (plain rollout at the action temperature);
@@ -41,8 +41,10 @@ from pathlib import Path
 from cairn.train.compare import compare, write_config
 from cairn.train.config import load_config
 from cairn.train.evaluate import newest_checkpoint
-from cairn.train.pass_at_k import sample_held_out, sampling_stats
-from cairn.train.records import mean_ci, write_section
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.pass_at_k import sample_held_out, sampling_stats
+from _lib.records import mean_ci, write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "benchmarks" / "results" / "exploration" / "pass_at_k.md"

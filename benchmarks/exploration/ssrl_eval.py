@@ -40,7 +40,9 @@ from cairn.rollout import RolloutContext, rollout, tasks_for_groups
 from cairn.train.compare import compare, write_config
 from cairn.train.config import load_config
 from cairn.train.evaluate import eval_settings, newest_checkpoint, open_checkpoint
-from cairn.train.records import mean_ci, write_section
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import mean_ci, write_section
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "benchmarks" / "results" / "exploration" / "ssrl_eval.md"
@@ -76,7 +78,7 @@ def evaluate_modes(run_dir: Path, questions: int) -> dict[str, float]:
 
 def _self_search_options(cfg) -> dict:
     """The run's ``ssrl`` options; the preset's for the arm trained without self-search."""
-    name, options = cfg.rollout_strategy()
+    name, options = cfg.rollout.strategy, dict(cfg.rollout.options)
     return options if name == "ssrl" else load_config(ROOT / "configs" / PRESET).rollout.options
 
 

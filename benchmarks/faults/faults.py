@@ -657,7 +657,7 @@ def check_cli(argv: list[str], work: Path) -> tuple[str, str]:
 
 
 def part_cli(n: int, seed: int, work: Path) -> tuple[list[list[Any]], str]:
-    from cairn.train.config import describe
+    from cairn.train.schema import describe
 
     (work / "empty").mkdir(exist_ok=True)
     keys = [k for k, _, _ in describe()]
@@ -1491,7 +1491,10 @@ def table(rows: list[list[Any]]) -> str:
 def _write(label: str, title: str, body: str) -> None:
     """Write one section; parts may run as separate processes, so under a file lock."""
     try:
-        from cairn.train.records import write_section
+        sys.path.insert(
+            0, str(Path(__file__).resolve().parents[2] / "benchmarks")
+        )  # benchmarks/_lib
+        from _lib.records import write_section
     except ImportError:  # before the records module lands: a plain section writer
         write_section = _write_section
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

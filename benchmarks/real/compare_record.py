@@ -43,7 +43,8 @@ from real_models import (  # noqa: E402
     threads_of,
 )
 
-from cairn.train.records import mean_ci, write_record  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import mean_ci, write_record  # noqa: E402
 
 
 def arm_results(folder: Path) -> dict[str, list[dict]]:

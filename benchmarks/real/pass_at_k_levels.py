@@ -9,7 +9,7 @@ options over ``env.options``) and at the held-out difficulty (``env.options`` th
 with the preset's own prompt and sampling settings and its rollout strategy ``group``.
 
 Per level: pass@k for k = 1, 2, 4, ... up to n (the unbiased estimate 1 - C(n-c, k) /
-C(n, k) per task, averaged; ``cairn.train.pass_at_k``), the share of tasks whose group is
+C(n, k) per task, averaged; ``benchmarks/_lib/pass_at_k.py``), the share of tasks whose group is
 mixed (0 < c < n: what an update learns from), the share of episodes the env judged
 task-blind (``rollout/task_blind``'s rule) and the seconds it took. A curriculum
 should start at the hardest level whose mixed share is well above 0.
@@ -39,12 +39,15 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from cairn.rollout import EnvFactory, RolloutContext, make_env_pool, make_strategy  # noqa: E402
-from cairn.train.config import Config, load_config  # noqa: E402
+from cairn.train.config import load_config  # noqa: E402
 from cairn.train.evaluate import open_checkpoint  # noqa: E402
-from cairn.train.pass_at_k import pass_at_k  # noqa: E402
-from cairn.train.records import write_section  # noqa: E402
+from cairn.train.schema import Config  # noqa: E402
 from cairn.train.setup import sampling_settings  # noqa: E402
 from cairn.train.summary import task_blind_share  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.pass_at_k import pass_at_k  # noqa: E402
+from _lib.records import write_section  # noqa: E402
 
 RECORD = ROOT / "benchmarks" / "results" / "real" / "pass_at_k_levels.md"
 HEADER = (

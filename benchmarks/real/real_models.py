@@ -45,7 +45,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from cairn.data import rundir  # noqa: E402
-from cairn.train.records import write_record  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record  # noqa: E402
 
 PRESETS = ("countdown_smol", "sokoban_smol", "search_qa_smol")
 RECORD = ROOT / "benchmarks" / "results" / "real" / "real_models.md"

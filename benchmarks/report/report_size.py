@@ -1,7 +1,7 @@
 """Report size and build time of `cairn inspect` on synthetic run directories.
 
 Two runs, written by `cairn.report.synthetic.write_synthetic_run` through the real
-dump code (to_step_batch -> GiGPO estimate_parts -> to_records -> RunLog.trajectories):
+dump code (to_step_batch -> GiGPO estimate_terms -> to_records -> RunLog.trajectories):
 
     demo      200 iterations x 32 groups x 8 episodes, 4 groups dumped per iteration
               (the demo's log.trajectory_groups), 51,200 episodes trained, 6,400 dumped;

@@ -37,7 +37,9 @@ from cairn.envs import make
 from cairn.integrations.verl.episode import Sample, play_episode
 from cairn.policies import local_tokenizer
 from cairn.rollout import RolloutSettings
-from cairn.train.records import write_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 RESULTS = ROOT_DIR / "benchmarks" / "results" / "scale" / "verl_overhead.md"

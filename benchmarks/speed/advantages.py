@@ -37,7 +37,9 @@ import numpy as np
 from cairn.advantages import available, estimate, loops
 from cairn.advantages.segments import factorize
 from cairn.data import StepBatch
-from cairn.train.records import write_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "speed" / "advantages.md"

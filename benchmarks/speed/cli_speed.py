@@ -122,7 +122,8 @@ def main() -> None:
     print(text)
     if args.dry:
         return
-    from cairn.train.records import write_record
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+    from _lib.records import write_record
 
     write_record(OUT / "cli_speed.md", text)
     record = {"result": result, "baseline": baseline, "load": [load_before, load_after]}

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from cairn.envs import TextEnv, available, make
-from cairn.train.records import write_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "speed" / "env_speed.md"
 

@@ -306,7 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         text = table(results, arms, args, (load_before, os.getloadavg()[0]))
     print(text)
     if not args.dry:
-        from cairn.train.records import write_section
+        sys.path.insert(
+            0, str(Path(__file__).resolve().parents[2] / "benchmarks")
+        )  # benchmarks/_lib
+        from _lib.records import write_section
 
         header = "# Multi-turn real-model iterations before and after issue 25\n"
         title = "seconds per iteration, tokens, peak RSS"

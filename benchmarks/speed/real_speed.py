@@ -370,7 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (None if args.smoke else OUT)
     if out is not None:
         sys.path.insert(0, str(ROOT / "src"))  # the parent only: an arm's PYTHONPATH is its own
-        from cairn.train.records import write_section
+        sys.path.insert(
+            0, str(Path(__file__).resolve().parents[2] / "benchmarks")
+        )  # benchmarks/_lib
+        from _lib.records import write_section
 
         header = "# Real-model iterations (SmolLM2-135M-Instruct, LoRA) before and after\n"
         write_section(out / "real_speed.md", args.label, "seconds per iteration", text, header)

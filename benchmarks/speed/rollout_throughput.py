@@ -16,6 +16,7 @@ import argparse
 import os
 import platform
 import random
+import sys
 import time
 from datetime import date
 from functools import partial
@@ -24,7 +25,9 @@ from pathlib import Path
 from cairn.envs import make
 from cairn.rollout import EnvPool
 from cairn.rollout.envpool import make_env_pool, reset_all, step_all
-from cairn.train.records import write_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record
 
 ENVS = {
     "sokoban": {"render": "compact", "max_solution": 5},

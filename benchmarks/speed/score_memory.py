@@ -28,7 +28,8 @@ from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 
-from cairn.train.records import write_record
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record
 
 ARMS = {
     "whole-model logits (before)": {"whole": True, "ckpt": False},

@@ -29,7 +29,8 @@ import tempfile
 from datetime import date
 from pathlib import Path
 
-from cairn.train.records import write_record
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "speed"
 KEYS = ("time/rollout", "time/update", "time/iteration")

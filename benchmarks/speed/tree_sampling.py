@@ -40,7 +40,9 @@ from cairn.envs import make
 from cairn.policies import build_policy
 from cairn.rollout import EnvPool, RolloutContext, RolloutSettings, make_strategy
 from cairn.train.config import load_config
-from cairn.train.records import write_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.records import write_record
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "sokoban_gigpo.yaml"

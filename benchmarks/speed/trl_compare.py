@@ -649,7 +649,8 @@ def drive(args: argparse.Namespace, argv: list[str]) -> int:
         "prompt_tokens": [len(p["ids"]) for p in (trl_spec or {}).get("prompts", [])],
         "failed": failed, "waited_min": waited / 60, "resumed": first,
     }  # fmt: skip
-    from cairn.train.records import write_record
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/_lib
+    from _lib.records import write_record
 
     text = record(rows, args, meta)
     print(text)

@@ -1,6 +1,6 @@
-"""Regex checks shared by config sections of several packages (``agent.action_pattern``,
-``exploration.self_search.search_pattern``). A leaf module: it imports nothing of cairn, so
-any config module may use it without an import cycle."""
+"""Regex checks shared by several packages (the config's ``agent.action_pattern``, the
+``search_pattern`` option of the ``ssrl`` rollout strategy). A leaf module: it imports
+nothing of cairn, so any config module may use it without an import cycle."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from cairn.integrations.verl import data as verl_data
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from cairn.train.config import Config
+    from cairn.train.schema import Config
     from cairn.train.trainer import Trainer
 
 __all__ = ["main"]
@@ -222,7 +222,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "names: you named it)"
         )
     cfg = load_config(args.config, args.overrides)  # before torch is imported: errors are quick
-    from cairn.train.trainer import new_run_dir
+    from cairn.train.setup import new_run_dir
 
     return _train(cfg, new_run_dir(cfg), resume=False)
 
@@ -390,7 +390,8 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     from cairn.exploration.variants import test_time_rl
     from cairn.train.checkpoint import latest_checkpoint
     from cairn.train.config import load_config
-    from cairn.train.trainer import Trainer, new_run_dir
+    from cairn.train.setup import new_run_dir
+    from cairn.train.trainer import Trainer
 
     problem = json.dumps(args.problem)  # a quoted YAML string
     overrides = [
@@ -424,7 +425,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     """Plain text, no rich markup: the printed YAML loads back to the same config."""
     import yaml
 
-    from cairn.train.config import TINY_MODEL_KEYS, describe, load_config
+    from cairn.train.config import load_config
+    from cairn.train.schema import TINY_MODEL_KEYS, describe
 
     if args.keys:
         for key, default, help_ in describe():

@@ -8,7 +8,7 @@ import pytest
 
 from cairn.advantages import compute, estimate
 from cairn.data import StepBatch
-from cairn.train.config import AdvantageConfig
+from cairn.train.schema import AdvantageConfig
 
 
 def _batch(rewards: list[float]) -> StepBatch:
@@ -25,9 +25,9 @@ def test_whitening_uses_the_unbiased_std():
     # sqrt((4 + 1 + 9) / 2) = sqrt(7) (the population std sqrt(14 / 3) would give
     # -0.926 for the first row): A / (sqrt(7) + 1e-6).
     cfg = AdvantageConfig(name="grpo", options={"norm": "mean"}, whiten=True)
-    adv, parts = compute(_batch([0.0, 1.0, 5.0]), cfg)
+    adv, terms = compute(_batch([0.0, 1.0, 5.0]), cfg)
     np.testing.assert_allclose(adv, np.array([-2.0, -1.0, 3.0]) / (np.sqrt(7) + 1e-6))
-    assert adv[0] == pytest.approx(-0.755929, abs=1e-6) and parts == {}
+    assert adv[0] == pytest.approx(-0.755929, abs=1e-6) and terms == {}
 
 
 def test_without_whitening_it_is_the_estimate():
@@ -42,7 +42,7 @@ def test_a_single_row_whitens_to_zero():
     np.testing.assert_array_equal(compute(_batch([3.0]), cfg)[0], [0.0])
 
 
-def test_parts_come_with_the_advantage():
+def test_terms_come_with_the_advantage():
     cfg = AdvantageConfig(name="gigpo", whiten=True)
-    adv, parts = compute(_batch([0.0, 1.0, 5.0]), cfg)
-    assert set(parts) == {"A_E", "A_S", "G"} and adv.shape == (3,)
+    adv, terms = compute(_batch([0.0, 1.0, 5.0]), cfg)
+    assert set(terms) == {"A_E", "A_S", "G"} and adv.shape == (3,)

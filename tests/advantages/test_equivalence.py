@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from adv_batches import random_batch, random_tree_batch, relabel
 
-from cairn.advantages import available, estimate, estimate_parts, parts_of
+from cairn.advantages import available, estimate, estimate_terms, terms_of
 from cairn.advantages import loops as ref
 from cairn.data import StepBatch
 
@@ -133,13 +133,13 @@ def test_concatenating_disjoint_groups(name: str, options: dict, make: Any, _: b
 
 
 @pytest.mark.parametrize(("name", "options", "make", "_"), CASES, ids=IDS)
-def test_parts_are_consistent(name: str, options: dict, make: Any, _: bool) -> None:
+def test_terms_are_consistent(name: str, options: dict, make: Any, _: bool) -> None:
     batch = make(np.random.default_rng(5))
     opts = _resolve(options, batch)
-    adv, parts = estimate_parts(name, batch, **opts)
+    adv, terms = estimate_terms(name, batch, **opts)
     np.testing.assert_array_equal(adv, estimate(name, batch, **opts))
-    assert tuple(parts) == parts_of(name)
-    for value in parts.values():
+    assert tuple(terms) == terms_of(name)
+    for value in terms.values():
         assert value.shape == (len(batch),) and value.dtype == np.float64
 
 

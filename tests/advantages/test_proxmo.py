@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from adv_batches import from_episodes, random_batch
 
-from cairn.advantages import estimate, estimate_parts
+from cairn.advantages import estimate, estimate_terms
 from cairn.advantages.proxmo import psc_weight
 
 # One group of three one-step episodes, returns 1, 0, 0 (success = R > 0.5, so p = 1/3).
@@ -24,10 +24,10 @@ def test_worked_example() -> None:
     # A_E (mean_std): mean 1/3, std sqrt(1/3) -> 1.1546985, -0.5773493, -0.5773493.
     # PSA with tau 1 on cosine similarities [[1,1,0],[1,1,0],[0,0,1]], G = R = [1, 0, 0]:
     #   rows 0, 1: b = e/(2e+1) = 0.4223188;  row 2: b = 1/(2+e) = 0.2119416.
-    adv, parts = estimate_parts("proxmo", BATCH, alpha=1.0, beta=1.0, tau=1.0, features=FEATURES)
-    np.testing.assert_allclose(parts["w"], [1.1607564, 0.9174298, 0.9174298], rtol=1e-6)
-    np.testing.assert_allclose(parts["A_E"], [1.1546985, -0.5773493, -0.5773493], rtol=1e-6)
-    np.testing.assert_allclose(parts["A_S"], [1 - 0.4223188, -0.4223188, -0.2119416], rtol=1e-6)
+    adv, terms = estimate_terms("proxmo", BATCH, alpha=1.0, beta=1.0, tau=1.0, features=FEATURES)
+    np.testing.assert_allclose(terms["w"], [1.1607564, 0.9174298, 0.9174298], rtol=1e-6)
+    np.testing.assert_allclose(terms["A_E"], [1.1546985, -0.5773493, -0.5773493], rtol=1e-6)
+    np.testing.assert_allclose(terms["A_S"], [1 - 0.4223188, -0.4223188, -0.2119416], rtol=1e-6)
     np.testing.assert_allclose(adv, [1.9180049, -0.9519962, -0.7416190], rtol=1e-6)
 
 
@@ -55,11 +55,11 @@ def test_beta_zero_and_tau_to_zero_is_grpo_plus_gigpo_step_term(seed: int) -> No
 
 def test_large_tau_uses_the_group_mean_return() -> None:
     batch = random_batch(np.random.default_rng(4))
-    _, parts = estimate_parts("proxmo", batch, tau=1e12)
-    G = parts["G"]
+    _, terms = estimate_terms("proxmo", batch, tau=1e12)
+    G = terms["G"]
     means = {g: G[batch.group == g].mean() for g in set(batch.group.tolist())}
     np.testing.assert_allclose(
-        parts["A_S"], G - np.array([means[g] for g in batch.group]), atol=1e-9
+        terms["A_S"], G - np.array([means[g] for g in batch.group]), atol=1e-9
     )
 
 
@@ -69,8 +69,8 @@ def test_success_column_overrides_the_return_threshold() -> None:
     batch = from_episodes(
         dict(group=0, reward=[0.2], success=True), dict(group=0, reward=[0.9], success=False)
     )
-    _, parts = estimate_parts("proxmo", batch)
-    w = dict(zip(batch.episode.tolist(), parts["w"].tolist(), strict=True))
+    _, terms = estimate_terms("proxmo", batch)
+    w = dict(zip(batch.episode.tolist(), terms["w"].tolist(), strict=True))
     assert w[100] == pytest.approx(1.0015624, rel=1e-6) and w[101] < 1
 
 
@@ -105,8 +105,8 @@ def test_tfidf_similarity_prefers_textually_close_states() -> None:
             *(dict(group=0, reward=r, anchor=[a]) for r, a in zip(rewards, anchors, strict=True)),
             shuffle_seed=None,
         )
-        _, parts = estimate_parts("proxmo", batch, tau=0.5)
-        return float(parts["G"][0] - parts["A_S"][0])
+        _, terms = estimate_terms("proxmo", batch, tau=0.5)
+        return float(terms["G"][0] - terms["A_S"][0])
 
     assert weight_of_row_0_on(1) > 2 * weight_of_row_0_on(2) > 0
 
@@ -121,8 +121,8 @@ def test_cell_tokens_make_symbol_grids_comparable() -> None:
     )
     with pytest.raises(ValueError, match="no word token"):
         estimate("proxmo", batch)
-    _, parts = estimate_parts("proxmo", batch, tokens="cells", tau=0.1, gamma=1.0)
-    baseline = dict(zip(batch.anchor.tolist(), (parts["G"] - parts["A_S"]).tolist(), strict=True))
+    _, terms = estimate_terms("proxmo", batch, tokens="cells", tau=0.1, gamma=1.0)
+    baseline = dict(zip(batch.anchor.tolist(), (terms["G"] - terms["A_S"]).tolist(), strict=True))
     assert baseline[grids["B"]] > baseline[grids["C"]] > 0
 
 

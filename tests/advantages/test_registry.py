@@ -1,4 +1,4 @@
-"""The registry: names, options, checks, parts, registration rules."""
+"""The registry: names, options, checks, terms, registration rules."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from cairn.advantages import (
     _registry,
     available,
     estimate,
-    estimate_parts,
+    estimate_terms,
     options_of,
-    parts_of,
     register,
-    register_parts,
+    register_terms,
+    terms_of,
     validate_options,
 )
 from cairn.advantages.gigpo import gigpo
@@ -30,8 +30,8 @@ PACKAGE = Path(_registry.__file__).parent
 
 def _registered_in_source() -> set[str]:
     """The names the package's own modules register (``@register("name"`` or
-    ``@register_parts("name"``, read from the source), with no list kept by hand."""
-    pattern = re.compile(r'@register(?:_parts)?\(\s*"(\w+)"')
+    ``@register_terms("name"``, read from the source), with no list kept by hand."""
+    pattern = re.compile(r'@register(?:_terms)?\(\s*"(\w+)"')
     return {m for f in PACKAGE.glob("[!_]*.py") for m in pattern.findall(f.read_text())}
 
 
@@ -179,16 +179,16 @@ def test_direct_calls_check_options_too(batch: StepBatch) -> None:
         gigpo(batch, norm="bad")
 
 
-def test_parts_are_declared_and_returned(batch: StepBatch) -> None:
-    assert parts_of("gigpo") == ("A_E", "A_S", "G")
-    assert parts_of("proxmo") == ("A_E", "A_S", "w", "G")
-    assert parts_of("grpo") == ()
-    adv, parts = estimate_parts("gigpo", batch, step_weight=0.5)
-    np.testing.assert_allclose(adv, parts["A_E"] + 0.5 * parts["A_S"])
-    adv, parts = estimate_parts("grpo", batch)
-    assert parts == {} and adv.shape == (len(batch),)
+def test_terms_are_declared_and_returned(batch: StepBatch) -> None:
+    assert terms_of("gigpo") == ("A_E", "A_S", "G")
+    assert terms_of("proxmo") == ("A_E", "A_S", "w", "G")
+    assert terms_of("grpo") == ()
+    adv, terms = estimate_terms("gigpo", batch, step_weight=0.5)
+    np.testing.assert_allclose(adv, terms["A_E"] + 0.5 * terms["A_S"])
+    adv, terms = estimate_terms("grpo", batch)
+    assert terms == {} and adv.shape == (len(batch),)
     with pytest.raises(ValueError, match="no option"):
-        estimate_parts("gigpo", batch, omega=1.0)
+        estimate_terms("gigpo", batch, omega=1.0)
 
 
 @pytest.fixture
@@ -210,20 +210,20 @@ def test_a_new_estimator_registers_and_runs(scratch_registry: None, batch: StepB
 def test_register_parts_derives_the_plain_estimator(
     scratch_registry: None, batch: StepBatch
 ) -> None:
-    @register_parts("half_reward", checks={"scale": _registry.real(0.0)}, part_names=("r",))
+    @register_terms("half_reward", checks={"scale": _registry.real(0.0)}, term_names=("r",))
     def half_reward(b: StepBatch, *, scale: float = 0.5) -> tuple:
         return scale * b.reward, {"r": b.reward}
 
-    # the plain estimator is the parts function's first item, with the same options
+    # the plain estimator is the terms function's first item, with the same options
     np.testing.assert_allclose(half_reward(batch), 0.5 * batch.reward)
     np.testing.assert_allclose(estimate("half_reward", batch, scale=2.0), 2.0 * batch.reward)
-    adv, parts = estimate_parts("half_reward", batch, scale=2.0)
+    adv, terms = estimate_terms("half_reward", batch, scale=2.0)
     np.testing.assert_allclose(adv, 2.0 * batch.reward)
-    assert list(parts) == ["r"] and options_of("half_reward") == {"scale": 0.5}
+    assert list(terms) == ["r"] and options_of("half_reward") == {"scale": 0.5}
     with pytest.raises(ValueError, match="scale=-1"):
         half_reward(batch, scale=-1)
-    with pytest.raises(TypeError, match="part_names"):
-        register_parts("no_parts", checks={}, part_names=())
+    with pytest.raises(TypeError, match="term_names"):
+        register_terms("no_parts", checks={}, term_names=())
 
 
 def test_registration_rules(scratch_registry: None) -> None:
@@ -245,7 +245,7 @@ def test_registration_rules(scratch_registry: None) -> None:
         return b.reward, {"p": b.reward}
 
     with pytest.raises(TypeError, match="different options"):
-        register("twin", checks={"x": _registry.WEIGHT}, parts=twin, part_names=("p",))(ok)
+        register("twin", checks={"x": _registry.WEIGHT}, terms=twin, term_names=("p",))(ok)
     with pytest.raises(ValueError, match="x=5"):  # a default must pass its own check
         register("bad_default", checks={"x": _registry.DISCOUNT})(
             lambda b, *, x=5: b.reward  # type: ignore[misc]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from adv_batches import from_episodes, random_tree_batch
 
-from cairn.advantages import estimate, estimate_parts
+from cairn.advantages import estimate, estimate_terms
 
 # Three leaves sharing turns 0-1 (path ()):
 #   L0: turn 2 on branch (0,), reward 1                      R = 1
@@ -100,8 +100,8 @@ def test_elpo_worked_example() -> None:
     #      (1,0) vs (1,1): values 0, 0.5 -> -+0.25/(0.3535534 + 1e-6) = -+0.7071048; root 0.
     # A_t: z of leaf returns (1, 0, 0.5) = 0.999998, -0.999998, 0; a node gets the mean over
     #      its leaves: () 0, (0,) 0.999998, (1,) -0.499999, (1,0) -0.999998, (1,1) 0.
-    adv, parts = estimate_parts("elpo", TREE)
-    A_b, A_t = step(TREE, parts["A_b"].tolist()), step(TREE, parts["A_t"].tolist())
+    adv, terms = estimate_terms("elpo", TREE)
+    A_b, A_t = step(TREE, terms["A_b"].tolist()), step(TREE, terms["A_t"].tolist())
     assert (A_b[(100, 2)], A_b[(101, 2)], A_b[(101, 3)], A_b[(102, 3)]) == pytest.approx(
         (0.7071054, -0.7071054, -0.7071048, 0.7071048), rel=1e-6
     )
@@ -116,8 +116,8 @@ def test_elpo_worked_example() -> None:
 
 
 def test_elpo_weights() -> None:
-    adv, parts = estimate_parts("elpo", TREE, branch_weight=1.0, traj_weight=0.0)
-    np.testing.assert_allclose(adv, parts["A_b"])
+    adv, terms = estimate_terms("elpo", TREE, branch_weight=1.0, traj_weight=0.0)
+    np.testing.assert_allclose(adv, terms["A_b"])
 
 
 def test_elpo_needs_a_valid_tree() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from adv_batches import from_episodes, random_batch
 
-from cairn.advantages import estimate, estimate_parts
+from cairn.advantages import estimate, estimate_terms
 
 # rewards [0, 0, 1], V(s_t) = [0.5, 0.6, 0.9], V after the last step = 0
 EPISODE = from_episodes(
@@ -33,9 +33,9 @@ def test_vineppo_gamma() -> None:
 def test_gae_worked_example() -> None:
     # deltas (gamma 1) = [0.1, 0.3, 0.1]; lam 0.5: A_2 = 0.1, A_1 = 0.3 + 0.5*0.1 = 0.35,
     # A_0 = 0.1 + 0.5*0.35 = 0.275; returns = A + V = [0.775, 0.95, 1.0]
-    adv, parts = estimate_parts("gae", EPISODE, lam=0.5)
+    adv, terms = estimate_terms("gae", EPISODE, lam=0.5)
     np.testing.assert_allclose(adv, [0.275, 0.35, 0.1])
-    np.testing.assert_allclose(parts["returns"], [0.775, 0.95, 1.0])
+    np.testing.assert_allclose(terms["returns"], [0.775, 0.95, 1.0])
 
 
 def test_gae_limits() -> None:
@@ -46,14 +46,14 @@ def test_gae_limits() -> None:
         estimate("vineppo", batch, gamma=0.9, whiten=False),
     )
     # lam = 1: returns are the Monte Carlo discounted returns, whatever V is
-    _, gigpo_parts = estimate_parts("gigpo", batch, gamma=0.9)
-    returns = estimate_parts("gae", batch, gamma=0.9, lam=1.0)[1]["returns"]
-    np.testing.assert_allclose(returns, gigpo_parts["G"], atol=1e-12)
+    _, gigpo_terms = estimate_terms("gigpo", batch, gamma=0.9)
+    returns = estimate_terms("gae", batch, gamma=0.9, lam=1.0)[1]["returns"]
+    np.testing.assert_allclose(returns, gigpo_terms["G"], atol=1e-12)
 
 
 def test_gae_returns_checks_options() -> None:
     with pytest.raises(ValueError, match="lam=2"):
-        estimate_parts("gae", EPISODE, lam=2)
+        estimate_terms("gae", EPISODE, lam=2)
 
 
 def test_igpo_worked_example() -> None:
@@ -69,9 +69,9 @@ def test_igpo_worked_example() -> None:
     )
     want = [1.4591447, 1.8113520, 1.6604060, -1.4591447, -0.8553607]
     np.testing.assert_allclose(estimate("igpo", batch), want, rtol=1e-6)
-    _, parts = estimate_parts("igpo", batch)
+    _, terms = estimate_terms("igpo", batch)
     np.testing.assert_allclose(
-        parts["r_tilde"] * 0.3974931, [-0.14, 0.06, 0.66, -0.24, -0.34], atol=1e-6
+        terms["r_tilde"] * 0.3974931, [-0.14, 0.06, 0.66, -0.24, -0.34], atol=1e-6
     )
 
 

@@ -572,14 +572,14 @@ PINNED_CONFIGS = [
     {"walls": 0.1, "min_solution": 4, "render": "compact", "max_steps": 12},
 ]
 PINNED_ACTIONS = ["up", "down", "left", "right", "Left ", "jump", ""]
-# sha256 of the trace below, recorded from the single-module sokoban.py before it became a
-# package (generation, both renderings, rewards, info, snapshot/restore, vocabulary). The
-# info keys added since (no_progress, task_blind: tested on their own) are left out of it.
+# sha256 of the trace below (generation, both renderings, rewards, info, snapshot/restore,
+# vocabulary), typed in so that any change to what the env does shows. The info keys
+# no_progress and task_blind are tested on their own and left out of it.
 PINNED_NEW_INFO = ("no_progress", "task_blind")
 PINNED_SHA256 = "2b1876c0a948c9cb43fe293b954cd10f3b33202f33924eef72e1c8f611e3be87"
 
 
-def test_pinned_trace_of_580_episodes_is_unchanged():
+def test_a_trace_of_580_episodes_hashes_to_its_pinned_value():
     import hashlib
     import json
 

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from cairn._errors import ConfigError
 from cairn._registry import ImportRegistry
 from cairn.exploration.registries import EMBEDDERS, GENERATORS, SOURCES, WRITERS
 from cairn.policies.engines import ENGINES
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 
 # (config key, its registry, an existing entry to register again under a new name)
 KEYS = [

@@ -1,6 +1,6 @@
 """State a run keeps outside its checkpoint (EMPO2's memory.sqlite) goes back to the
 checkpoint on ``--resume``: a run killed with SIGKILL mid-run and resumed repeats the
-uninterrupted run exactly (issue 15, item 3)."""
+uninterrupted run exactly."""
 
 from __future__ import annotations
 

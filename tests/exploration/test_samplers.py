@@ -12,7 +12,7 @@ from cairn.data.tokens import TokenBatch, collate_scoring
 from cairn.envs import make
 from cairn.envs.integration import parse_candidate
 from cairn.exploration.self_search import SelfSearch
-from cairn.exploration.strategy import StrategyGuided
+from cairn.exploration.sge import OUTCOME_WORDS, SGEStrategy
 from cairn.exploration.variants import Curriculum, Node, SymbolicVariants, build_tree
 from cairn.policies import HFPolicy, local_tokenizer
 from cairn.policies.tiny import build_tiny_model, tiny_config
@@ -30,7 +30,7 @@ def _ctx(policy, factory, **settings) -> RolloutContext:
 def test_sge_episodes_start_with_a_strategy_the_actions_see(policy):
     factory = lambda: make("sokoban", render="compact", max_solution=4, max_steps=4)  # noqa: E731
     ctx = _ctx(policy, factory, restrict_to_admissible=True, temperature=1.0)
-    sge = StrategyGuided(temperature=2.0, max_tokens=3)
+    sge = SGEStrategy(plan_temperature=2.0, plan_tokens=3)
     eps = sge.collect(ctx, [7, 8], 3)
     assert len(eps) == 6 and [e.group for e in eps] == [0, 0, 0, 1, 1, 1]
     for e in eps:
@@ -47,14 +47,14 @@ def test_sge_episodes_start_with_a_strategy_the_actions_see(policy):
     block = sge.reflection_block(ctx.envs.take(1)[0].instruction)
     assert block.count("<strategy>") == 3 and ("failure" in block or "success" in block)
     state = sge.state_dict()
-    again = StrategyGuided(temperature=2.0, max_tokens=3)
+    again = SGEStrategy(plan_temperature=2.0, plan_tokens=3)
     again.load_state_dict(state)
     assert again.reflection_block(ctx.envs.take(1)[0].instruction) == block
 
 
 def test_sge_bad_options():
     with pytest.raises(ValueError, match="SGE"):
-        StrategyGuided(temperature=0)
+        SGEStrategy(plan_temperature=0)
 
 
 # -- SSRL --------------------------------------------------------------------------------------
@@ -129,8 +129,8 @@ def test_variant_tree_and_easy_to_hard_stages():
 
 def test_sge_reflection_words_are_in_a_word_level_vocabulary(tmp_path):
     """The tiny default's word tokenizer learns SGE's outcome words when the reflection is
-    on (before, they read <unk>), and only then: other runs keep their vocabulary."""
-    from cairn.exploration.strategy import OUTCOME_WORDS
+    on (else the model would read them as <unk>), and only then: other runs keep their
+    vocabulary."""
     from cairn.train.config import load_config
     from cairn.train.distributed import Dist
     from cairn.train.setup import build_policy_engine

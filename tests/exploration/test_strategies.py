@@ -1,6 +1,5 @@
-"""SGE and SSRL as registered rollout strategies (``rollout.strategy: sge`` / ``ssrl``), and
-their old spellings (``exploration.strategy`` / ``exploration.self_search``), which warn
-and sample the same episodes."""
+"""SGE and SSRL as registered rollout strategies (``rollout.strategy: sge`` / ``ssrl``): built
+by name, options checked, state checkpointed, prompt words declared."""
 
 from __future__ import annotations
 
@@ -9,26 +8,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from cairn._errors import ConfigError
 from cairn.agent import PromptBuilder
 from cairn.envs import make
 from cairn.exploration import Exploration
-from cairn.exploration.config import DeprecatedKeyWarning
 from cairn.exploration.self_search import SelfSearch
 from cairn.exploration.sge import OUTCOME_WORDS, SGEStrategy
 from cairn.policies import HFPolicy, local_tokenizer
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.rollout import EnvPool, RolloutContext, RolloutSettings, make_strategy
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.setup import prompt_words
 
 SGE_NEW = ["rollout.strategy=sge", "rollout.options={plan_temperature: 2.0, plan_tokens: 3}"]
-SGE_OLD = [
-    "exploration.strategy.enabled=true",
-    "exploration.strategy.temperature=2.0",
-    "exploration.strategy.max_tokens=3",
-]
 SSRL_NEW = ["rollout.strategy=ssrl", "rollout.options={max_info_tokens: 5}"]
-SSRL_OLD = ["exploration.self_search.enabled=true", "exploration.self_search.max_info_tokens=5"]
 
 
 def _sokoban():
@@ -44,11 +37,6 @@ def _ctx(policy, factory, **settings) -> RolloutContext:
         policy, EnvPool(factory), PromptBuilder(), RolloutSettings(**settings),
         torch.Generator().manual_seed(0),
     )  # fmt: skip
-
-
-def _old(sets: list[str]):
-    with pytest.warns(DeprecatedKeyWarning):
-        return load_config(None, sets)
 
 
 def _strategy(cfg):
@@ -127,6 +115,17 @@ def test_a_bad_option_is_one_line_naming_it(name, options, problem):
     assert problem in str(err.value) and "\n" not in str(err.value)
 
 
+def test_the_config_names_the_strategy_and_its_options():
+    cfg = load_config(None, SGE_NEW)
+    assert (cfg.rollout.strategy, cfg.rollout.options) == (
+        "sge", {"plan_temperature": 2.0, "plan_tokens": 3}
+    )  # fmt: skip
+    sge = _strategy(cfg)
+    assert isinstance(sge, SGEStrategy) and (sge.plan_temperature, sge.plan_tokens) == (2.0, 3)
+    ssrl = _strategy(load_config(None, SSRL_NEW))
+    assert isinstance(ssrl, SelfSearch) and ssrl.max_info_tokens == 5
+
+
 def test_a_config_with_an_unknown_option_fails_at_load_naming_it():
     with pytest.raises(ConfigError) as err:
         load_config(None, ["rollout.strategy=sge", "rollout.options.max_tokens=4"])
@@ -134,68 +133,14 @@ def test_a_config_with_an_unknown_option_fails_at_load_naming_it():
     assert "\n" not in str(err.value)
 
 
-# -- the old spellings ---------------------------------------------------------------------------
-def test_old_keys_warn_naming_the_new_spelling_and_select_the_same_strategy():
-    with pytest.warns(DeprecatedKeyWarning) as caught:
-        old = load_config(None, SGE_OLD)
-    (message,) = {str(w.message) for w in caught}
-    assert message == (
-        "exploration.strategy is deprecated (it still works): write rollout.strategy: sge with "
-        "rollout.options: {plan_temperature: 2.0, plan_tokens: 3, reflection: true, "
-        "reflections: 3}"
-    )
-    new = load_config(None, SGE_NEW)
-    expected = {"plan_temperature": 2.0, "plan_tokens": 3, "reflection": True, "reflections": 3}
-    assert old.rollout_strategy() == ("sge", expected)
-    assert new.rollout_strategy() == ("sge", {"plan_temperature": 2.0, "plan_tokens": 3})
-    # the old config is not rewritten: it resolves (and hashes) as it did
-    assert old.rollout.strategy == "group" and old.exploration.strategy.max_tokens == 3
-    assert _old(SSRL_OLD).rollout_strategy() == ("ssrl", {
-        "max_info_tokens": 5, "search_pattern": r"^\s*search\s*\[(.*)\]\s*$",
-    })  # fmt: skip
-
-
-def test_old_keys_give_the_same_episodes(policy, tmp_path):
-    wrapped = _explore(cfg := _old(SGE_OLD), tmp_path).wrap(_strategy(cfg))  # group
-    assert isinstance(wrapped, SGEStrategy)
-    new = _strategy(load_config(None, SGE_NEW))
-    ctx = lambda: _ctx(policy, _sokoban, temperature=1.0)  # noqa: E731
-    old_eps = wrapped.collect(ctx(), [3, 4], 2)
-    assert old_eps == new.collect(ctx(), [3, 4], 2)
-    assert old_eps[0].meta["strategy"] == old_eps[0].steps[0].action
-
-
-def test_old_self_search_keys_give_the_same_episodes(qa_policy, tmp_path):
-    wrapped = _explore(cfg := _old(SSRL_OLD), tmp_path).wrap(_strategy(cfg))  # group
-    new = _strategy(load_config(None, SSRL_NEW))
-    ctx = lambda: _ctx(qa_policy, _qa, restrict_to_admissible=False, max_new_tokens=4)  # noqa: E731
-    old_eps = wrapped.collect(ctx(), [1, 2], 2)
-    assert old_eps == new.collect(ctx(), [1, 2], 2)
-
-
-def test_an_old_key_beside_its_new_spelling_is_an_error():
-    # the sge preset selects sge by its new name: an old option key would change nothing
-    with pytest.raises(ConfigError) as err:
-        load_config("sokoban_sge", ["exploration.strategy.reflection=false"])
-    assert (
-        "exploration.strategy.reflection is the old spelling of rollout.options.reflection; "
-        "with rollout.strategy 'sge' set rollout.options.reflection instead"
-    ) in str(err.value)
-    with pytest.raises(ConfigError, match=r"self_search\.max_info_tokens is the old spelling"):
-        load_config("search_qa_ssrl", ["exploration.self_search.max_info_tokens=8"])
-    # a saved config of a new-style run holds the old sections at their defaults: it loads
-    assert load_config("sokoban_sge").exploration.strategy.changed() == []
-
-
 # -- state and prompt words ----------------------------------------------------------------------
-@pytest.mark.parametrize("sets", [SGE_NEW, SGE_OLD], ids=["new", "old"])
-def test_sge_reflections_are_checkpointed_under_sampler(policy, tmp_path, sets, recwarn):
-    cfg = load_config(None, sets)
+def test_sge_reflections_are_checkpointed_under_sampler(policy, tmp_path):
+    cfg = load_config(None, SGE_NEW)
     exploration = _explore(cfg, tmp_path)
     sge = exploration.wrap(_strategy(cfg))
     sge.collect(_ctx(policy, _sokoban, temperature=1.0), [5], 2)
     state = exploration.state_dict()
-    assert list(state) == ["rng", "sampler"]  # the key SGE's history had before
+    assert list(state) == ["rng", "sampler"]  # the rollout strategy's state: "sampler"
     again = _explore(cfg, tmp_path)
     fresh = again.wrap(_strategy(cfg))
     again.load_state_dict(state)
@@ -212,10 +157,9 @@ def test_a_saved_strategy_state_needs_a_strategy_that_keeps_one(tmp_path):
         exploration.load_state_dict(state)
 
 
-def test_prompt_words_come_from_the_strategy(recwarn):
-    # a word-level tokenizer learns the reflection's outcome words, by either spelling
+def test_prompt_words_come_from_the_strategy():
+    # a word-level tokenizer learns the reflection's outcome words
     assert prompt_words(load_config(None, SGE_NEW)) == OUTCOME_WORDS == ("success", "failure")
-    assert prompt_words(load_config(None, SGE_OLD)) == OUTCOME_WORDS
     off = ["rollout.strategy=sge", "rollout.options={reflections: 0}"]
     assert prompt_words(load_config(None, off)) == ()
     assert prompt_words(load_config(None, ["rollout.strategy=tree"])) == ()

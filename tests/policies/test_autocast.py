@@ -12,7 +12,7 @@ import cairn.policies as policies_mod
 from cairn.data.tokens import collate_scoring
 from cairn.policies import GenerationOptions, HFPolicy, autocast_on, build_policy
 from cairn.policies.lora import LoraSpec, apply_lora
-from cairn.train.config import ModelConfig
+from cairn.train.schema import ModelConfig
 
 
 def _prompts(policy: HFPolicy, env) -> list[list[int]]:
@@ -107,12 +107,11 @@ def test_the_tiny_default_is_built_without_autocast(compact_env):
     assert forced.options.autocast is True
 
 
-def test_the_default_leaves_config_dumps_and_hashes_as_before(tmp_path):
-    # Runs made before the key existed resume: their config.yaml replays to the same hash.
+def test_autocast_defaults_to_auto_and_off_is_read_as_off(tmp_path):
     from cairn.train.config import load_config
 
     default = load_config(None, check=False)
-    assert default.model.autocast == "auto" and "autocast" not in default.model_dump()["model"]
+    assert default.model.autocast == "auto" == default.model_dump()["model"]["autocast"]
     off = load_config(None, ["model.autocast=off"], check=False)  # YAML's bare off is false
     assert off.model.autocast == "off" and off.model_dump()["model"]["autocast"] == "off"
     path = tmp_path / "c.yaml"

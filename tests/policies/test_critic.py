@@ -64,8 +64,8 @@ def test_learner_targets_the_returns_part_else_the_discounted_return(tiny_policy
     # then 0 + 0.5*2 = 1, then 2
     batch = _batch_with_values([0.0, 0.0, 0.0], [1.0, 0.0, 2.0], [0, 0, 0])
     np.testing.assert_allclose(learner.targets(batch, {}), [1.5, 1.0, 2.0])
-    parts = {"returns": np.array([3.0, 4.0, 5.0])}
-    assert learner.targets(batch, parts).tolist() == [3.0, 4.0, 5.0]
+    terms = {"returns": np.array([3.0, 4.0, 5.0])}
+    assert learner.targets(batch, terms).tolist() == [3.0, 4.0, 5.0]
 
 
 def test_learner_scores_steps_and_its_loss_moves_values(tiny_policy):

@@ -108,7 +108,7 @@ def test_packed_log_probs_loss_and_gradients_equal_the_per_turn_rows(tiny_policy
     assert int(mb_p.inputs.attention_mask.sum()) < int(mb_t.inputs.attention_mask.sum())
 
 
-def test_without_pack_the_batch_is_as_before(tiny_policy, compact_env):
+def test_without_pack_the_batch_has_no_token_level_columns(tiny_policy, compact_env):
     episodes = _episodes(tiny_policy, compact_env)
     tokens = TokenBatch.from_episodes(episodes, np.zeros(9))
     assert tokens.token_advantages is None and tokens.token_mask is None

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from cairn._errors import ConfigError
 from cairn.agent import PromptBuilder, Turn, fit_prompt
 from cairn.policies import HFPolicy, smol
 from cairn.rollout.loop import RolloutSettings
 from cairn.rollout.turn import parse
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 
 ALIAS = "smollm2-135m-instruct"
 CACHE = Path(__file__).resolve().parents[2] / "runs" / ".cache"

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from cairn.advantages import estimate_parts
+from cairn.advantages import estimate_terms
 from cairn.data import StepBatch
 from cairn.report.credit import anchor_neighbours, build_tree, first_crit, step_groups
 
@@ -43,15 +43,15 @@ def test_neighbour_weights_are_the_baseline_weights_proxmo_trains_with():
         anchor=anchor,
     )
     tau = 0.5
-    _, parts = estimate_parts("proxmo", batch, tau=tau)
+    _, terms = estimate_terms("proxmo", batch, tau=tau)
     texts = list(dict.fromkeys(anchor.tolist()))
     counts = [int((anchor == a).sum()) for a in texts]
     rows, method = anchor_neighbours(texts, counts, tau=tau, top=len(texts))
     assert method == "TF-IDF of word tokens"
-    G = parts["G"]
+    G = terms["G"]
     G_at = {a: G[anchor == a].sum() for a in texts}
     b = np.array([sum(w * G_at[texts[j]] for j, w in rows[texts.index(a)]) for a in anchor])
-    np.testing.assert_allclose(G - b, parts["A_S"], atol=1e-9)
+    np.testing.assert_allclose(G - b, terms["A_S"], atol=1e-9)
 
 
 def test_neighbour_weights_sum_to_one_over_steps_and_limits_of_tau():

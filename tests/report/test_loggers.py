@@ -8,7 +8,8 @@ import warnings
 import pytest
 import yaml
 
-from cairn.train.config import ConfigError, load_config
+from cairn._errors import ConfigError
+from cairn.train.config import load_config
 from cairn.train.loggers import LoggerSet, LoggerWarning, available_loggers, scalars
 from cairn.train.runlog import RunLog
 
@@ -83,7 +84,7 @@ def test_missing_package_hint_names_the_extra(tmp_path, monkeypatch):
 
 
 def test_the_install_hint_keeps_its_brackets_on_the_console(tmp_path, monkeypatch):
-    # the console reads [wandb] as markup and printed "pip install 'cairn-rl'" (issue 35)
+    # the console would read [wandb] as markup and print "pip install 'cairn-rl'"
     import builtins
     import io
 

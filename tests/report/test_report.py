@@ -43,7 +43,7 @@ def test_report_of_a_tiny_real_run_has_every_section(tiny_run):
     assert data["curves"]["panels"][0]["series"][0]["x"] == [8, 16]  # episodes after it 1, 2
     assert data["evals"]["rows"][0][:2] == [0, 0]  # the untrained evaluation
     assert data["sampling"]["shown"] == [1, 2] and data["sampling"]["dumped"] == 2
-    assert data["parts"] == ["A_E", "A_S"] and data["columns"] == ["G"]
+    assert data["terms"] == ["A_E", "A_S"] and data["columns"] == ["G"]
     group = data["iterations"][-1]["groups"][0]
     assert len(group["episodes"]) == 4 and group["tree"] is None
     steps = [s for e in group["episodes"] for s in e["steps"]]
@@ -138,7 +138,7 @@ def test_trees_demonstrations_tips_and_neighbours_reach_the_report(tmp_path):
     data = payload_of(build_report(trees))
     group = data["iterations"][-1]["groups"][0]
     assert group["tree"]["exact"] and len(group["tree"]["nodes"]) >= 8
-    assert data["parts"] == ["A_b", "A_t"]
+    assert data["terms"] == ["A_b", "A_t"]
     mixed = write_synthetic_run(tmp_path / "mix", iterations=2, demos=True, tips=True)
     data = payload_of(build_report(mixed))
     eps = [e for g in data["iterations"][-1]["groups"] for e in g["episodes"]]

@@ -1,5 +1,5 @@
 """The report's server answers only its own address, and inspect on a run it cannot write to
-is one line (issue 26)."""
+is one line."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""DAPO dynamic sampling as the rounds' bookkeeping the trainer's collect calls: same
-episodes and seed draws as the loop the trainer ran before, groups without signal dropped,
-counts kept."""
+"""DAPO dynamic sampling as the rounds' bookkeeping the trainer's collect calls: the same
+episodes and seed draws as a plain resampling loop, groups without signal dropped, counts
+kept."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ class _Strategy:
         return out
 
 
-def _old_loop(strategy, rng, groups, group_size, max_rounds, stride):
-    """The trainer's collect before the wrapper (a plain copy, the reference)."""
+def _plain_loop(strategy, rng, groups, group_size, max_rounds, stride):
+    """Resampling written as one plain loop (sample, shift group ids, keep groups with
+    signal), the reference."""
     kept, sampled, dropped = [], 0, 0
     for r in range(max_rounds):
         need = groups - len({e.group for e in kept})
@@ -74,9 +75,9 @@ def _collect(strategy, draw, want, group_size, *, max_rounds, stride, enabled=Tr
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("max_rounds", [1, 2, 3, 5])
-def test_rounds_equal_the_old_trainer_loop(seed, max_rounds) -> None:
-    old_strategy, new_strategy = _Strategy(), _Strategy()
-    ref = _old_loop(old_strategy, np.random.default_rng(seed), 4, 3, max_rounds, 4)
+def test_rounds_equal_a_plain_resampling_loop(seed, max_rounds) -> None:
+    ref_strategy, new_strategy = _Strategy(), _Strategy()
+    ref = _plain_loop(ref_strategy, np.random.default_rng(seed), 4, 3, max_rounds, 4)
     rng = np.random.default_rng(seed)
     draw = lambda n: rng.integers(0, 100, size=n)  # noqa: E731
     scored = []
@@ -84,7 +85,7 @@ def test_rounds_equal_the_old_trainer_loop(seed, max_rounds) -> None:
     got = dyn.episodes
     key = lambda es: [(e.id, e.group, e.task, e.ret) for e in es]  # noqa: E731
     assert key(got) == key(ref[0]) and (dyn.sampled, dyn.dropped) == ref[1:]
-    assert new_strategy.calls == old_strategy.calls  # same seeds, same first episode ids
+    assert new_strategy.calls == ref_strategy.calls  # same seeds, same first episode ids
     assert len(scored) == len(new_strategy.calls)  # rewards applied to every round
 
 

@@ -295,13 +295,13 @@ def test_ray_workers_survive_a_raising_env_and_a_hung_actor(demo_policy, tmp_pat
 
 @pytest.mark.parametrize("mode", ["step", "reset"])
 def test_strategy_guided_sampling_drops_a_faulted_episode(demo_policy, mode):
-    from cairn.exploration.strategy import StrategyGuided
+    from cairn.exploration.sge import SGEStrategy
 
     pool = EnvPool(partial(FaultyEnv, mode, at_reset=4))
     ctx = RolloutContext(
         demo_policy, pool, PromptBuilder(), SETTINGS, torch.Generator().manual_seed(0)
     )
-    episodes = StrategyGuided().collect(ctx, SEEDS, 3)
+    episodes = SGEStrategy().collect(ctx, SEEDS, 3)
     assert _groups(episodes) == {0: [0, 1, 2], 1: [3, 5], 2: [6, 7, 8]}
     assert pool.faults.errors == 1
 
@@ -335,7 +335,7 @@ def _episodes(group_size: int) -> list[Episode]:
 
 
 def test_an_empo2_instruction_reset_that_fails_costs_that_tasks_tips_only():
-    from cairn.exploration import _instructions
+    from cairn.exploration.hooks import _instructions
 
     pool = EnvPool(partial(FaultyEnv, "reset", at_reset=1))  # the reset to task 11
     instructions = _instructions(_episodes(2), pool)

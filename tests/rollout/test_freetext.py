@@ -1,5 +1,5 @@
 """The free-text path: chat prompts token-in/token-out, format counters, tool calls and
-the context budget (issue 18 items 2-4)."""
+the context budget."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import torch
 
 pytest.importorskip("peft")
 
+from cairn._errors import ConfigError
 from cairn.data.tokens import TokenBatch, collate_scoring
 from cairn.policies import HFPolicy
 from cairn.policies.lora import (
@@ -23,7 +24,7 @@ from cairn.policies.lora import (
     reference_model,
     trainable_parameters,
 )
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 
 
 def _prompts(policy: HFPolicy, env, n: int) -> list[list[int]]:

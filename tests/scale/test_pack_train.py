@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from cairn._errors import ConfigError
 from cairn.data import tokens as tokens_mod
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
 CHAT = [

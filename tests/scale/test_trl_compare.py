@@ -83,7 +83,7 @@ def test_spread_of_nothing_is_an_error():
         _bench().spread([])
 
 
-def test_arguments_default_to_the_issue_settings_and_reject_bad_values(capsys):
+def test_arguments_have_their_documented_defaults_and_reject_bad_values(capsys):
     bench = _bench()
     args = bench.parse_args([])
     assert (args.groups, args.group_size, args.new_tokens, args.mode) == (2, 8, 32, "lora")

@@ -26,6 +26,7 @@ from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl_standins import PolicyServer, ScriptedPolicy, TQStore  # noqa: E402
 
+from cairn._errors import ConfigError  # noqa: E402
 from cairn.advantages import estimate  # noqa: E402
 from cairn.agent import PromptBuilder  # noqa: E402
 from cairn.cli import main as cli_main  # noqa: E402
@@ -40,7 +41,7 @@ from cairn.integrations.verl.episode import TurnTokens  # noqa: E402
 from cairn.integrations.verl.trainer import CairnTrainer  # noqa: E402
 from cairn.policies import build_policy  # noqa: E402
 from cairn.rollout import RolloutSettings, rollout  # noqa: E402
-from cairn.train.config import ConfigError, ModelConfig  # noqa: E402
+from cairn.train.schema import ModelConfig  # noqa: E402
 
 ENV_OPTIONS = {"size": 5, "num_boxes": 1, "max_steps": 5, "render": "compact", "max_solution": 3}
 RESPONSE_LENGTH = 8

@@ -30,7 +30,8 @@ from cairn.integrations.verl.config import cairn_config  # noqa: E402
 from cairn.policies import local_tokenizer  # noqa: E402
 from cairn.policies.hf import Generation  # noqa: E402
 from cairn.rollout import rollout  # noqa: E402
-from cairn.train.config import AdvantageConfig, load_config  # noqa: E402
+from cairn.train.config import load_config  # noqa: E402
+from cairn.train.schema import AdvantageConfig  # noqa: E402
 from cairn.train.setup import prompt_builder, sampling_settings  # noqa: E402
 
 ENV = {"size": 6, "num_boxes": 1, "max_steps": 15, "render": "compact", "max_solution": 5}

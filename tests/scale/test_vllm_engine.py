@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from cairn._errors import ConfigError
 from cairn.agent import PromptBuilder
 from cairn.data.tokens import TokenBatch
 from cairn.policies import HFPolicy
@@ -23,7 +24,7 @@ from cairn.policies.vllm_engine import (
     to_generation,
 )
 from cairn.rollout import RolloutSettings, rollout, tasks_for_groups
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 
 FREE = RolloutSettings(max_new_tokens=4, restrict_to_admissible=False, max_turns=3)
 

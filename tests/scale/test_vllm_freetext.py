@@ -1,5 +1,5 @@
 """Free text under the vLLM engine (CPU stand-in): chat prompts go to vLLM as token ids and
-the ids vLLM sampled are the ids trained on and shown in every later prompt (issue 18.6)."""
+the ids vLLM sampled are the ids trained on and shown in every later prompt."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Do two runs give the same numbers, timings aside? The behaviour check of a refactor
-(issue 24: the demo at 40 iterations before and after gives identical non-time metrics).
+"""Do two runs give the same numbers, timings aside? The behaviour check of a refactor: the
+demo at 40 iterations on the code before and after it must give identical non-time metrics.
 
     python tests/train/same_metrics.py RUN_A RUN_B
 

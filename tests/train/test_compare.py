@@ -1,4 +1,4 @@
-"""`cairn compare`: a folder holds one resolved config (issue 15, items 2 and 13)."""
+"""`cairn compare`: a folder holds one resolved config."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cairn._errors import ConfigError
 from cairn.cli import main
 from cairn.train.compare import compare
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.runlog import read_metrics
 
 TINY = [
@@ -27,7 +28,7 @@ TINY = [
 
 
 def _variant(tmp_path: Path, lr: float) -> str:
-    """The GiGPO preset with another lr, under the same name (the issue's sed)."""
+    """The GiGPO preset with another lr, under the same name (as a sed on the file gives)."""
     data = load_config("sokoban_gigpo").model_dump()
     data["optim"]["lr"] = lr
     path = tmp_path / f"variant-{lr}.yaml"

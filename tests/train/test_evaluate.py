@@ -1,4 +1,4 @@
-"""`cairn eval` opens a run read-only (issue 15, item 1): it writes only its result file,
+"""`cairn eval` opens a run read-only: it writes only its result file,
 repeats the trainer's own evaluation of the same weights, and works on a live run."""
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypa
 
 
 def test_eval_racing_pruning_names_the_prune_not_the_model_path(tmp_path, monkeypatch):
-    """Issue 37 item 9: with checkpoint.keep=1 every checkpoint eval picked was pruned while
-    read; old code ended with the loader's "point model.path at a local folder"."""
+    """With checkpoint.keep=1 every checkpoint eval picks may be pruned while it is read: the
+    error names the pruning, not the loader's "point model.path at a local folder"."""
     import itertools
 
     import cairn.train.evaluate as ev

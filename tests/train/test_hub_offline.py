@@ -1,5 +1,5 @@
 """A hub id ('org/name') as model.path with no network: read from the local Hugging Face
-cache at once, or one line saying it is not cached (it retried for 52-186 s, issue 35)."""
+cache at once, or one line saying it is not cached, without waiting on network retries."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
+from cairn._errors import ConfigError
 from cairn.train import preflight
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 
 
 @pytest.fixture

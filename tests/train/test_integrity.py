@@ -1,4 +1,4 @@
-"""A run's config, its lock and its stops (issue 26): config.yaml is written once and a
+"""A run's config, its lock and its stops: config.yaml is written once and a
 resume checks it against the checkpoint's hash; one writer per run folder; SIGTERM and a
 full disk stop a run in one line with its checkpoint intact; the time budget is checked
 inside an iteration."""
@@ -273,7 +273,7 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, monkeypatch, capsys):
 
 
 def test_sighup_is_handled_like_sigterm(tmp_path, monkeypatch, capsys):
-    # Issue 37: SIGHUP (a closed terminal) ended a run with no message and no hint.
+    # SIGHUP (a closed terminal) must end a run like SIGTERM: one line, checkpoint intact.
     def not_handled(signum, frame):  # the default would end the test process itself
         raise AssertionError("SIGHUP reached the default handler")
 

@@ -48,7 +48,7 @@ def test_a_non_finite_loss_never_reaches_the_weights(max_grad_norm) -> None:
     assert opt.state_dict()["state"] == {}  # Adam's moments untouched
 
 
-def test_row_order_without_labels_is_the_permutation_the_loop_drew_before() -> None:
+def test_row_order_without_labels_is_one_permutation_of_the_stream() -> None:
     rng, ref = np.random.default_rng(3), np.random.default_rng(3)
     assert row_order(9, rng).tolist() == ref.permutation(9).tolist()
     assert rng.bit_generator.state == ref.bit_generator.state

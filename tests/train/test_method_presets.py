@@ -1,4 +1,4 @@
-"""The method presets of issue 17 train for an iteration, with their mechanism switched on."""
+"""The method presets train for an iteration, with their mechanism switched on."""
 
 from __future__ import annotations
 

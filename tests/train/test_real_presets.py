@@ -17,10 +17,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from cairn._errors import ConfigError
 from cairn.agent import example_completion, parse_action
 from cairn.envs import make
 from cairn.policies import smol
-from cairn.train.config import ConfigError, load_config
+from cairn.train.config import load_config
 from cairn.train.presets import available_presets, preset_text
 from cairn.train.setup import TinyKeyWarning, check_token_budget
 
@@ -151,7 +152,7 @@ def test_real_preset_trains_two_lora_iterations(preset, smol_cache, tmp_path, mo
 
     name = load_config(preset).env.name
     env = make(name)
-    if not env.example_action:  # the env prompts of issue 23 item 2 give every env one
+    if not env.example_action:  # every built-in env's prompt has one
         env.reset(seed=0)
         monkeypatch.setattr(type(env), "example_action", _gold(env, name))
     small = [

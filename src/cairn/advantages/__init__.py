@@ -2,14 +2,15 @@
 
     from cairn.advantages import estimate, available
     adv = estimate("gigpo", batch, gamma=0.95, step_weight=1.0, norm="mean")  # (N,) float64
-    adv, parts = estimate_parts("gigpo", batch)   # parts: {"A_E": (N,), "A_S": (N,), "G": (N,)}
-    adv, parts = compute(batch, cfg.advantage)      # the trainers' stage: estimate, whiten
+    adv, terms = estimate_terms("gigpo", batch)   # terms: {"A_E": (N,), "A_S": (N,), "G": (N,)}
+    adv, terms = compute(batch, cfg.advantage)    # the trainers' stage: estimate, whiten
 
 Every estimator is a pure function ``fn(batch: StepBatch, *, option=default, ...)`` returning
 per-step advantages (N,) float64 in the batch's row order, registered by name in its own
 module. Unknown names, unknown options and bad option values raise ValueError saying what
 is allowed; ``validate_options`` checks a config without running anything; ``options_of``
-gives the defaults; ``parts_of`` the names of the components ``estimate_parts`` returns;
+gives the defaults; ``terms_of`` the names of the terms ``estimate_terms`` returns (named
+(N,) components of the advantage, ``Terms``: GiGPO's ``A = A_E + omega * A_S``);
 ``compute`` is what both trainers (cairn's and verl's) call: the configured estimator, then
 the configured whitening (``_compute``). The option checks ``register(name, checks=...)``
 takes are built with ``real``, ``choice``, ``flag``, ``matrix_or_none`` (or ``Check``
@@ -26,17 +27,18 @@ from cairn.advantages._registry import (
     NORM,
     WEIGHT,
     Check,
+    Terms,
     available,
     choice,
     estimate,
-    estimate_parts,
+    estimate_terms,
     flag,
     matrix_or_none,
     options_of,
-    parts_of,
     real,
     register,
-    register_parts,
+    register_terms,
+    terms_of,
     validate_options,
 )
 from cairn.advantages.segments import EPS
@@ -53,17 +55,18 @@ __all__ = [
     "NORM",
     "WEIGHT",
     "Check",
+    "Terms",
     "available",
     "choice",
     "compute",
     "estimate",
-    "estimate_parts",
+    "estimate_terms",
     "flag",
     "matrix_or_none",
     "options_of",
-    "parts_of",
     "real",
     "register",
-    "register_parts",
+    "register_terms",
+    "terms_of",
     "validate_options",
 ]

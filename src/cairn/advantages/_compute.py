@@ -2,7 +2,7 @@
 ``Trainer`` and verl's ``CairnTrainer``): the configured estimator, then the configured
 batch whitening.
 
-    adv, parts = compute(batch, cfg)   # cfg: advantage.name, .options, .whiten
+    adv, terms = compute(batch, cfg)   # cfg: advantage.name, .options, .whiten
 
 Whitening (``advantage.whiten``) is ``segments.whiten`` over every row of the batch:
 ``(A - mean) / (std + 1e-6)`` with the unbiased std, and zeros for a single row (no
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from cairn.advantages._registry import Parts, estimate_parts
+from cairn.advantages._registry import Terms, estimate_terms
 from cairn.advantages.segments import whiten
 from cairn.data import StepBatch
 
@@ -37,8 +37,8 @@ class AdvantageSpec(Protocol):
     def whiten(self) -> bool: ...
 
 
-def compute(batch: StepBatch, cfg: AdvantageSpec) -> tuple[np.ndarray, Parts]:
-    """``(advantage (N,) float64, parts)``: ``estimate_parts(cfg.name, batch,
+def compute(batch: StepBatch, cfg: AdvantageSpec) -> tuple[np.ndarray, Terms]:
+    """``(advantage (N,) float64, terms)``: ``estimate_terms(cfg.name, batch,
     **cfg.options)``, whitened over the batch when ``cfg.whiten`` (module docstring)."""
-    adv, parts = estimate_parts(cfg.name, batch, **cfg.options)
-    return (whiten(adv) if cfg.whiten else adv), parts
+    adv, terms = estimate_terms(cfg.name, batch, **cfg.options)
+    return (whiten(adv) if cfg.whiten else adv), terms

@@ -5,16 +5,16 @@ An estimator is registered with a decorator in its own module:
     @register("rloo")
     def rloo(batch: StepBatch) -> np.ndarray: ...
 
-    @register_parts("gigpo", checks={"gamma": DISCOUNT, ...}, part_names=("A_E", "A_S", "G"))
-    def gigpo(batch: StepBatch, *, gamma: float = 0.95, ...) -> tuple[np.ndarray, Parts]:
+    @register_terms("gigpo", checks={"gamma": DISCOUNT, ...}, term_names=("A_E", "A_S", "G"))
+    def gigpo(batch: StepBatch, *, gamma: float = 0.95, ...) -> tuple[np.ndarray, Terms]:
         return A, {"A_E": A_E, "A_S": A_S, "G": G}
 
 Options are the function's keyword-only parameters; each must have a default and a
-``Check`` (so no value reaches the maths unchecked). An estimator with parts (named (N,)
-components such as GiGPO's ``A_E``) is written once, as its parts function returning
-``(advantage, {name: (N,) array})``: ``register_parts`` derives the plain estimator (the
-advantage alone) from it, so the signature is written once. (``register(..., parts=twin)``
-still accepts a hand-written twin with the same options; registration checks that both
+``Check`` (so no value reaches the maths unchecked). An estimator with terms (named (N,)
+components such as GiGPO's ``A_E``) is written once, as its terms function returning
+``(advantage, {name: (N,) array})``: ``register_terms`` derives the plain estimator (the
+advantage alone) from it, so the signature is written once. (``register(..., terms=twin)``
+takes a hand-written twin with the same options instead; registration checks that both
 signatures agree.) The decorators return a wrapper that validates options, so a direct call
 ``gigpo(batch, norm="bad")`` fails the same way as ``estimate("gigpo", ...)``.
 """
@@ -39,22 +39,24 @@ __all__ = [
     "WEIGHT",
     "Check",
     "Estimator",
+    "Terms",
     "available",
     "choice",
     "estimate",
-    "estimate_parts",
+    "estimate_terms",
     "flag",
     "get",
     "matrix_or_none",
     "options_of",
-    "parts_of",
     "real",
     "register",
-    "register_parts",
+    "register_terms",
+    "terms_of",
     "validate_options",
 ]
 
-Parts = dict[str, np.ndarray]
+#: An estimator's terms: named (N,) per-row arrays beside its advantage (GiGPO's ``A_E``).
+Terms = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -131,14 +133,14 @@ WEIGHT = real()  # any finite real
 
 @dataclass(frozen=True)
 class Estimator:
-    """A registered estimator: its function, option defaults, checks and optional parts twin."""
+    """A registered estimator: its function, option defaults, checks and optional terms twin."""
 
     name: str
     fn: Callable[..., np.ndarray]
     defaults: dict[str, Any]
     checks: dict[str, Check]
-    parts: Callable[..., tuple[np.ndarray, Parts]] | None
-    part_names: tuple[str, ...]
+    terms: Callable[..., tuple[np.ndarray, Terms]] | None
+    term_names: tuple[str, ...]
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -165,17 +167,17 @@ def register(
     name: str,
     *,
     checks: dict[str, Check] | None = None,
-    parts: Callable[..., tuple[np.ndarray, Parts]] | None = None,
-    part_names: tuple[str, ...] = (),
+    terms: Callable[..., tuple[np.ndarray, Terms]] | None = None,
+    term_names: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
     """Decorator registering ``fn(batch, *, opt=default, ...) -> (N,) float64`` as ``name``.
 
-    ``parts`` (with the same options) returns ``(advantage, parts)`` whose keys are exactly
-    ``part_names``.
+    ``terms`` (with the same options) returns ``(advantage, terms)`` whose keys are exactly
+    ``term_names``.
     """
     checks = dict(checks or {})
-    if (parts is None) != (not part_names):
-        raise TypeError(f"estimator {name!r}: give both parts and part_names, or neither")
+    if (terms is None) != (not term_names):
+        raise TypeError(f"estimator {name!r}: give both terms and term_names, or neither")
 
     def deco(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         if name in _REGISTRY:
@@ -186,42 +188,42 @@ def register(
                 f"estimator {name!r}: checks {sorted(checks)} must cover exactly its options "
                 f"{sorted(defaults)}"
             )
-        if parts is not None and _keyword_defaults(parts, name) != defaults:
-            raise TypeError(f"estimator {name!r}: its parts function has different options")
-        entry = Estimator(name, fn, defaults, checks, parts, tuple(part_names))
+        if terms is not None and _keyword_defaults(terms, name) != defaults:
+            raise TypeError(f"estimator {name!r}: its terms function has different options")
+        entry = Estimator(name, fn, defaults, checks, terms, tuple(term_names))
         for key, value in defaults.items():  # the defaults themselves must pass
             _check_value(entry, key, value)
         checked = _checked(name, fn)
-        checked_parts = None if parts is None else _checked(name, parts)
+        checked_terms = None if terms is None else _checked(name, terms)
         _REGISTRY[name] = Estimator(
-            name, checked, defaults, checks, checked_parts, tuple(part_names)
+            name, checked, defaults, checks, checked_terms, tuple(term_names)
         )
         return checked
 
     return deco
 
 
-def register_parts(
+def register_terms(
     name: str,
     *,
     checks: dict[str, Check] | None = None,
-    part_names: tuple[str, ...],
-) -> Callable[[Callable[..., tuple[np.ndarray, Parts]]], Callable[..., np.ndarray]]:
-    """Decorator registering ``parts_fn(batch, *, opt=default, ...) -> (advantage, parts)``.
+    term_names: tuple[str, ...],
+) -> Callable[[Callable[..., tuple[np.ndarray, Terms]]], Callable[..., np.ndarray]]:
+    """Decorator registering ``terms_fn(batch, *, opt=default, ...) -> (advantage, terms)``.
 
     The plain estimator ``name`` (the advantage alone, (N,) float64) is derived from it, with
-    the same options and checks; the decorator returns that plain estimator. ``parts`` keys
-    must be exactly ``part_names``.
+    the same options and checks; the decorator returns that plain estimator. ``terms`` keys
+    must be exactly ``term_names``.
     """
-    if not part_names:
-        raise TypeError(f"estimator {name!r}: register_parts needs part_names")
+    if not term_names:
+        raise TypeError(f"estimator {name!r}: register_terms needs term_names")
 
-    def deco(parts_fn: Callable[..., tuple[np.ndarray, Parts]]) -> Callable[..., np.ndarray]:
-        @functools.wraps(parts_fn)
+    def deco(terms_fn: Callable[..., tuple[np.ndarray, Terms]]) -> Callable[..., np.ndarray]:
+        @functools.wraps(terms_fn)
         def advantage(batch: StepBatch, **options: Any) -> np.ndarray:
-            return parts_fn(batch, **options)[0]
+            return terms_fn(batch, **options)[0]
 
-        return register(name, checks=checks, parts=parts_fn, part_names=part_names)(advantage)
+        return register(name, checks=checks, terms=terms_fn, term_names=term_names)(advantage)
 
     return deco
 
@@ -254,9 +256,9 @@ def options_of(name: str) -> dict[str, Any]:
     return dict(get(name).defaults)
 
 
-def parts_of(name: str) -> tuple[str, ...]:
-    """Names of the parts ``estimate_parts(name, ...)`` returns (``()`` when it has none)."""
-    return get(name).part_names
+def terms_of(name: str) -> tuple[str, ...]:
+    """Names of the terms ``estimate_terms(name, ...)`` returns (``()`` when it has none)."""
+    return get(name).term_names
 
 
 def _describe(entry: Estimator) -> str:
@@ -296,19 +298,19 @@ def estimate(name: str, batch: StepBatch, **options: Any) -> np.ndarray:
     return get(name).fn(batch, **options)
 
 
-def estimate_parts(name: str, batch: StepBatch, **options: Any) -> tuple[np.ndarray, Parts]:
-    """``(advantage, parts)``: the advantage of ``estimate`` plus named (N,) components.
+def estimate_terms(name: str, batch: StepBatch, **options: Any) -> tuple[np.ndarray, Terms]:
+    """``(advantage, terms)``: the advantage of ``estimate`` plus named (N,) components.
 
-    ``parts`` maps names (e.g. GiGPO's ``"A_E"``, ``"A_S"``, ``"G"``) to per-row arrays in
-    batch order; estimators without parts return ``{}``. The advantage is identical to
+    ``terms`` maps names (e.g. GiGPO's ``"A_E"``, ``"A_S"``, ``"G"``) to per-row arrays in
+    batch order; estimators without terms return ``{}``. The advantage is identical to
     ``estimate(name, batch, **options)``.
     """
     entry = get(name)
-    if entry.parts is None:
+    if entry.terms is None:
         return entry.fn(batch, **options), {}
-    adv, parts = entry.parts(batch, **options)
-    if tuple(parts) != entry.part_names:
+    adv, terms = entry.terms(batch, **options)
+    if tuple(terms) != entry.term_names:
         raise RuntimeError(
-            f"estimator {name!r} returned parts {list(parts)}, declared {entry.part_names}"
+            f"estimator {name!r} returned terms {list(terms)}, declared {entry.term_names}"
         )
-    return adv, parts
+    return adv, terms

@@ -17,7 +17,7 @@ node, so they get the same advantage. The tree must be valid (``trees.check_tree
     A            = branch_weight * A_b + traj_weight * A_t                (0.5 and 0.5)
 
 eps = 1e-6, std unbiased. Shapes: batch of N rows with ``path`` -> (N,) float64.
-Parts: ``A_b``, ``A_t`` (N,). Loops over tree depth, vectorised over nodes.
+Terms: ``A_b``, ``A_t`` (N,). Loops over tree depth, vectorised over nodes.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class _Tree:
         return V
 
 
-def _elpo_parts(
+def _elpo_terms(
     batch: StepBatch, *, branch_weight: float = 0.5, traj_weight: float = 0.5
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``(A, {"A_b", "A_t"})``, all (N,) float64; see the module docstring."""
@@ -111,9 +111,9 @@ def _elpo_parts(
 @register(
     "elpo",
     checks={"branch_weight": WEIGHT, "traj_weight": WEIGHT},
-    parts=_elpo_parts,
-    part_names=("A_b", "A_t"),
+    terms=_elpo_terms,
+    term_names=("A_b", "A_t"),
 )
 def elpo(batch: StepBatch, *, branch_weight: float = 0.5, traj_weight: float = 0.5) -> np.ndarray:
     """ELPO hierarchical advantage ``branch_weight*A_b + traj_weight*A_t`` per step, (N,)."""
-    return _elpo_parts(batch, branch_weight=branch_weight, traj_weight=traj_weight)[0]
+    return _elpo_terms(batch, branch_weight=branch_weight, traj_weight=traj_weight)[0]

@@ -7,27 +7,27 @@
 V is the ``value`` column (the critic's estimate of the state before step t). Every episode
 is treated as terminated (no bootstrap after its last step).
 
-Shapes: batch of N rows with ``value`` -> (N,) float64. Parts: ``returns`` (N,).
+Shapes: batch of N rows with ``value`` -> (N,) float64. Terms: ``returns`` (N,).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cairn.advantages._registry import DISCOUNT, register_parts
+from cairn.advantages._registry import DISCOUNT, register_terms
 from cairn.advantages.episodes import Episodes
 from cairn.data import StepBatch
 
 __all__ = ["gae"]
 
 
-@register_parts("gae", checks={"gamma": DISCOUNT, "lam": DISCOUNT}, part_names=("returns",))
+@register_terms("gae", checks={"gamma": DISCOUNT, "lam": DISCOUNT}, term_names=("returns",))
 def gae(
     batch: StepBatch, *, gamma: float = 1.0, lam: float = 0.95
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """GAE(gamma, lambda) advantages per step, (N,) float64.
 
-    Registered with its parts: ``estimate_parts`` returns ``(A, {"returns": A + V})`` (the
+    Registered with its terms: ``estimate_terms`` returns ``(A, {"returns": A + V})`` (the
     value-loss target), both (N,); ``estimate("gae", ...)`` returns ``A`` alone.
     """
     batch.require("value", estimator="gae")

@@ -26,7 +26,7 @@ joins the first existing cluster whose representative text ``rep`` has
 reference visits rows in batch order; this order is its order-independent counterpart
 (earlier turns first). ``None`` means exact equality.
 
-Shapes: batch of N rows -> (N,) float64. Parts (``estimate_parts``): ``A_E``, ``A_S``, ``G``,
+Shapes: batch of N rows -> (N,) float64. Terms (``estimate_terms``): ``A_E``, ``A_S``, ``G``,
 each (N,).
 """
 
@@ -36,7 +36,7 @@ import difflib
 
 import numpy as np
 
-from cairn.advantages._registry import DISCOUNT, NORM, WEIGHT, choice, real, register_parts
+from cairn.advantages._registry import DISCOUNT, NORM, WEIGHT, choice, real, register_terms
 from cairn.advantages.episodes import Episodes
 from cairn.advantages.segments import (
     Norm,
@@ -125,7 +125,7 @@ def _relabel(group: np.ndarray, cluster: np.ndarray, ids: np.ndarray) -> tuple[n
     return merged[ids], m
 
 
-@register_parts("gigpo", checks=CHECKS, part_names=("A_E", "A_S", "G"))
+@register_terms("gigpo", checks=CHECKS, term_names=("A_E", "A_S", "G"))
 def gigpo(
     batch: StepBatch,
     *,
@@ -138,7 +138,7 @@ def gigpo(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """GiGPO advantage ``A = A_E + step_weight * A_S`` per step, (N,) float64.
 
-    Registered with its parts: ``estimate_parts`` returns ``(A, {"A_E", "A_S", "G"})``, all
+    Registered with its terms: ``estimate_terms`` returns ``(A, {"A_E", "A_S", "G"})``, all
     (N,); ``gigpo(batch, ...)`` and ``estimate("gigpo", ...)`` return ``A`` alone.
     """
     ep = Episodes.of(batch)

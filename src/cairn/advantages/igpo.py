@@ -9,14 +9,14 @@
 before it) comes from the rewards layer. eps = 1e-6, std unbiased; a group of one row gets
 r~ = 0. The paper's code uses gamma = 1 and no std; this follows the paper.
 
-Shapes: batch of N rows with ``info_gain`` -> (N,) float64. Parts: ``r_tilde`` (N,).
+Shapes: batch of N rows with ``info_gain`` -> (N,) float64. Terms: ``r_tilde`` (N,).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cairn.advantages._registry import DISCOUNT, register_parts
+from cairn.advantages._registry import DISCOUNT, register_terms
 from cairn.advantages.episodes import Episodes
 from cairn.advantages.segments import normalize_in_segments
 from cairn.data import StepBatch
@@ -24,11 +24,11 @@ from cairn.data import StepBatch
 __all__ = ["igpo"]
 
 
-@register_parts("igpo", checks={"gamma": DISCOUNT}, part_names=("r_tilde",))
+@register_terms("igpo", checks={"gamma": DISCOUNT}, term_names=("r_tilde",))
 def igpo(batch: StepBatch, *, gamma: float = 1.0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Discounted sum of group-normalised turn rewards, (N,) float64.
 
-    Registered with its parts: ``estimate_parts`` returns ``(A, {"r_tilde"})``, both (N,);
+    Registered with its terms: ``estimate_terms`` returns ``(A, {"r_tilde"})``, both (N,);
     ``estimate("igpo", ...)`` returns ``A`` alone.
     """
     batch.require("info_gain", estimator="igpo")

@@ -144,7 +144,7 @@ def _similar_clusters(tab: Table, ratio: float) -> dict[tuple[Any, Any], int]:
     return cluster
 
 
-def gigpo_parts(
+def gigpo_terms(
     batch: Any,
     gamma: float = 0.95,
     step_weight: float = 1.0,
@@ -179,7 +179,7 @@ def gigpo_parts(
 
 
 def gigpo(batch: Any, **options: Any) -> np.ndarray:
-    return gigpo_parts(batch, **options)[0]
+    return gigpo_terms(batch, **options)[0]
 
 
 # ------------------------------------------------------------------ ProxMO
@@ -208,7 +208,7 @@ def _dot(a: dict[int, float], b: dict[int, float]) -> float:
     return sum(v * b[k] for k, v in a.items() if k in b)
 
 
-def proxmo_parts(
+def proxmo_terms(
     batch: Any,
     tau: float = 0.1,
     alpha: float = 4.0,
@@ -249,7 +249,7 @@ def proxmo_parts(
 
 
 def proxmo(batch: Any, **options: Any) -> np.ndarray:
-    return proxmo_parts(batch, **options)[0]
+    return proxmo_terms(batch, **options)[0]
 
 
 # ------------------------------------------------------------------ value-based
@@ -265,7 +265,7 @@ def vineppo(batch: Any, gamma: float = 1.0, whiten: bool = True) -> np.ndarray:
     return np.array(_whiten(A) if whiten else A)
 
 
-def gae_parts(batch: Any, gamma: float = 1.0, lam: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def gae_terms(batch: Any, gamma: float = 1.0, lam: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     tab = Table(batch)
     A = [0.0] * tab.n
     for rows in tab.rows_of.values():
@@ -281,7 +281,7 @@ def gae_parts(batch: Any, gamma: float = 1.0, lam: float = 0.95) -> tuple[np.nda
 
 
 def gae(batch: Any, **options: Any) -> np.ndarray:
-    return gae_parts(batch, **options)[0]
+    return gae_terms(batch, **options)[0]
 
 
 def igpo(batch: Any, gamma: float = 1.0) -> np.ndarray:
@@ -339,7 +339,7 @@ def arpo(batch: Any, attribution: str = "soft") -> np.ndarray:
     return np.array([_mean(copies[key]) for key in keys])
 
 
-def elpo_parts(
+def elpo_terms(
     batch: Any, branch_weight: float = 0.5, traj_weight: float = 0.5
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tab = Table(batch)
@@ -371,7 +371,7 @@ def elpo_parts(
 
 
 def elpo(batch: Any, **options: Any) -> np.ndarray:
-    return elpo_parts(batch, **options)[0]
+    return elpo_terms(batch, **options)[0]
 
 
 REFERENCES = {

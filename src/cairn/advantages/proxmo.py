@@ -26,7 +26,7 @@ concatenating batches is exact only with ``features``. Anchors with no word toke
 grid drawn in symbols only) need ``tokens="cells"`` — each whitespace token tagged with its
 position, so two grids are close when many cells hold the same symbol — or ``features``.
 
-Shapes: batch of N rows -> (N,) float64. Parts: ``A_E``, ``A_S``, ``w``, ``G``, each (N,).
+Shapes: batch of N rows -> (N,) float64. Terms: ``A_E``, ``A_S``, ``w``, ``G``, each (N,).
 Cost: one (n_g, n_g) similarity matrix per group (a loop over groups, not rows).
 """
 
@@ -43,7 +43,7 @@ from cairn.advantages._registry import (
     choice,
     matrix_or_none,
     real,
-    register_parts,
+    register_terms,
 )
 from cairn.advantages.episodes import Episodes
 from cairn.advantages.segments import Norm, factorize, normalize_in_segments, segment_mean
@@ -147,7 +147,7 @@ def soft_baseline(
     return out
 
 
-@register_parts("proxmo", checks=CHECKS, part_names=("A_E", "A_S", "w", "G"))
+@register_terms("proxmo", checks=CHECKS, term_names=("A_E", "A_S", "w", "G"))
 def proxmo(
     batch: StepBatch,
     *,
@@ -162,7 +162,7 @@ def proxmo(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """ProxMO advantage ``w*A_E + step_weight*A_S`` per step, (N,) float64.
 
-    Registered with its parts: ``estimate_parts`` returns ``(A, {"A_E", "A_S", "w", "G"})``,
+    Registered with its terms: ``estimate_terms`` returns ``(A, {"A_E", "A_S", "w", "G"})``,
     all (N,); ``proxmo(batch, ...)`` and ``estimate("proxmo", ...)`` return ``A`` alone.
     """
     ep = Episodes.of(batch)

@@ -1,33 +1,22 @@
-"""The ``exploration`` config sections: EMPO2 memory, LUFFY demonstrations, LADDER variants,
-and the old spellings of two rollout strategies, SGE (``exploration.strategy``, now
-``rollout.strategy: sge``) and SSRL (``exploration.self_search``, now ``rollout.strategy:
-ssrl``). ``cairn.train.config.Config`` holds them under ``exploration``; each key has a
-default and one help string.
-
-The old sections stay in the schema, so a saved config.yaml resolves to the same config (and
-config hash) as before; enabled, they warn (``DeprecatedKeyWarning``) and select their
-strategy with the options ``ExplorationConfig.alias_strategy`` maps them to.
+"""The ``exploration`` config sections: EMPO2 memory, LUFFY demonstrations and LADDER
+variants, the methods that act around a rollout strategy. ``cairn.train.schema.Config``
+holds them under ``exploration``; each key has a default and one help string. SGE and SSRL
+sample the episodes themselves: they are rollout strategies (``rollout.strategy: sge`` /
+``ssrl``, options in ``rollout.options``), configured in the ``rollout`` section.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import warnings
-from typing import Any, ClassVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from cairn._regex import regex_groups
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "MODES",
     "DemosSection",
-    "DeprecatedKeyWarning",
     "ExplorationConfig",
     "MemorySection",
-    "SGESection",
-    "SelfSearchSection",
     "VariantsSection",
     "check_mode_probs",
 ]
@@ -47,28 +36,8 @@ def check_mode_probs(probs: dict[str, float]) -> dict[str, float]:
     return dict(zip(MODES, values, strict=True))
 
 
-class DeprecatedKeyWarning(FutureWarning):
-    """A config key that still works but has a new spelling (the message names both)."""
-
-
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class _OldStrategySection(_Section):
-    """A section that is the old spelling of a rollout strategy: ``enabled`` selects it,
-    the other keys are its options under other names (``renamed``)."""
-
-    renamed: ClassVar[dict[str, str]] = {}
-
-    def options(self) -> dict[str, Any]:
-        """The rollout strategy's options this section stands for."""
-        return {new: getattr(self, old) for old, new in self.renamed.items()}
-
-    def changed(self) -> list[str]:
-        """The keys (other than ``enabled``) whose values differ from the defaults."""
-        default = type(self)()
-        return [k for k in self.renamed if getattr(self, k) != getattr(default, k)]
 
 
 # Names of registry entries are str checked against the registry by the preflight
@@ -117,27 +86,6 @@ class DemosSection(_Section):
     only_successful: bool = Field(True, description="Drop a replayed demonstration that fails.")
 
 
-class SGESection(_OldStrategySection):
-    """The old spelling of ``rollout.strategy: sge`` (SGE writes a plan, the paper's
-    "strategy", before acting; not a rollout strategy's name)."""
-
-    enabled: bool = Field(
-        False, description="Deprecated: rollout.strategy: sge (options in rollout.options)."
-    )
-    temperature: float = Field(
-        1.5, gt=0, description="Deprecated: rollout.options.plan_temperature of sge."
-    )
-    max_tokens: int = Field(8, gt=0, description="Deprecated: rollout.options.plan_tokens of sge.")
-    reflection: bool = Field(True, description="Deprecated: rollout.options.reflection of sge.")
-    reflections: int = Field(3, ge=0, description="Deprecated: rollout.options.reflections of sge.")
-
-    #: This section's keys -> the options of ``sge`` they stand for.
-    renamed: ClassVar[dict[str, str]] = {
-        "temperature": "plan_temperature", "max_tokens": "plan_tokens",
-        "reflection": "reflection", "reflections": "reflections",
-    }  # fmt: skip
-
-
 class VariantsSection(_Section):
     enabled: bool = Field(False, description="LADDER: train easy-to-hard on a variant tree.")
     generator: str = Field(
@@ -161,85 +109,7 @@ class VariantsSection(_Section):
     )
 
 
-class SelfSearchSection(_OldStrategySection):
-    """The old spelling of ``rollout.strategy: ssrl``."""
-
-    enabled: bool = Field(
-        False, description="Deprecated: rollout.strategy: ssrl (options in rollout.options)."
-    )
-    max_info_tokens: int = Field(
-        24, gt=0, description="Deprecated: rollout.options.max_info_tokens of ssrl."
-    )
-    search_pattern: str = Field(
-        r"^\s*search\s*\[(.*)\]\s*$",
-        description="Deprecated: rollout.options.search_pattern of ssrl.",
-    )
-
-    #: This section's keys -> the options of ``ssrl`` they stand for.
-    renamed: ClassVar[dict[str, str]] = {
-        "max_info_tokens": "max_info_tokens", "search_pattern": "search_pattern"
-    }  # fmt: skip
-
-    @field_validator("search_pattern")
-    @classmethod
-    def _regex(cls, v: str) -> str:
-        if regex_groups(v) != 1:  # names a pattern that does not compile
-            raise ValueError(f"search_pattern {v!r} must have exactly one group")
-        return v
-
-
 class ExplorationConfig(_Section):
     memory: MemorySection = Field(default_factory=MemorySection)
     demos: DemosSection = Field(default_factory=DemosSection)
-    strategy: SGESection = Field(default_factory=SGESection)
     variants: VariantsSection = Field(default_factory=VariantsSection)
-    self_search: SelfSearchSection = Field(default_factory=SelfSearchSection)
-
-    def alias_strategy(self) -> tuple[str, dict[str, Any]] | None:
-        """(rollout strategy, options) that an enabled old section selects: ``strategy`` is
-        ``sge``, ``self_search`` is ``ssrl``; None when neither is enabled."""
-        for key, name in _ALIASES.items():
-            section = getattr(self, key)
-            if section.enabled:
-                return name, section.options()
-        return None
-
-    def check_old_keys(self, strategy: str) -> None:
-        """ValueError naming an old key set while ``rollout.strategy`` selects, by its new
-        name, the strategy that key is an option of (it would change nothing there)."""
-        for key, name in _ALIASES.items():
-            section = getattr(self, key)
-            changed = section.changed() if strategy == name else []
-            if changed:
-                old, new = changed[0], section.renamed[changed[0]]
-                raise ValueError(
-                    f"exploration.{key}.{old} is the old spelling of rollout.options.{new}; "
-                    f"with rollout.strategy {name!r} set rollout.options.{new} instead"
-                )
-
-    @model_validator(mode="after")
-    def _one_sampler(self) -> ExplorationConfig:
-        if self.strategy.enabled and self.self_search.enabled:
-            raise ValueError(
-                "exploration.strategy and exploration.self_search both sample their own "
-                "episodes; enable one of them"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _warn_old_spelling(self) -> ExplorationConfig:
-        for key, name in _ALIASES.items():
-            section = getattr(self, key)
-            if section.enabled:
-                options = ", ".join(f"{k}: {json.dumps(v)}" for k, v in section.options().items())
-                warnings.warn(
-                    f"exploration.{key} is deprecated (it still works): write rollout.strategy: "
-                    f"{name} with rollout.options: {{{options}}}",
-                    DeprecatedKeyWarning,
-                    stacklevel=2,
-                )
-        return self
-
-
-#: Old exploration sections -> the rollout strategy each stands for.
-_ALIASES = {"strategy": "sge", "self_search": "ssrl"}

@@ -1,5 +1,5 @@
 """What the loss config checks without torch: the names of the aggregation modes and KL
-estimators, and the finite-number check. ``cairn.train.config`` builds the ``loss``
+estimators, and the finite-number check. ``cairn.train.schema`` builds the ``loss``
 section from ``LossConfig``, and config loading must not import torch (the CLI answers
 before torch would have loaded); the loss modules re-export these.
 """

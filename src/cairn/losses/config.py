@@ -23,7 +23,7 @@ __all__ = ["FlagEffect", "LossConfig"]
 
 def _key(default: Any, help: str, **schema: Any) -> Any:
     """A field with its config help string and config constraints (pydantic ``Field``
-    keywords, ``type`` to narrow the annotation): ``cairn.train.config`` builds the
+    keywords, ``type`` to narrow the annotation): ``cairn.train.schema`` builds the
     ``loss`` section from these, so each key is written once, here."""
     return field(default=default, metadata={"help": help, **schema})
 

@@ -8,7 +8,7 @@ Each distinct prompt is evaluated once per call, like the policy's scoring.
 
 ``CriticLearner`` is the critic as a learner beside the actor: it is built from the
 ``critic`` config section, writes V into each step's ``value`` column before the
-advantage (GAE reads it), and regresses V on the estimator's ``returns`` part (GAE's
+advantage (GAE reads it), and regresses V on the estimator's ``returns`` term (GAE's
 A + V, eq. 11-12 of arXiv 1506.02438) or, when the estimator gives none, on the
 discounted return. The trainer runs its minibatch losses in the same epoch loop as the
 actor's.
@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 
+from cairn.advantages import Terms
 from cairn.advantages.episodes import Episodes
 from cairn.data.episode import Episode
 from cairn.data.step_batch import StepBatch
@@ -145,18 +146,18 @@ class CriticLearner:
         for s, v in zip(steps, values, strict=True):
             s.columns["value"] = v
 
-    def targets(self, batch: StepBatch, parts: dict[str, np.ndarray]) -> np.ndarray:
-        """The estimator's ``returns`` part, else the discounted return (gamma) per step."""
-        if "returns" in parts:
-            return parts["returns"]
+    def targets(self, batch: StepBatch, terms: Terms) -> np.ndarray:
+        """The estimator's ``returns`` term, else the discounted return (gamma) per step."""
+        if "returns" in terms:
+            return terms["returns"]
         return Episodes.of(batch).discounted_cumsum(batch.reward, self.settings.gamma)
 
     def minibatch_loss(
-        self, tokens: TokenBatch, batch: StepBatch, parts: dict[str, np.ndarray]
+        self, tokens: TokenBatch, batch: StepBatch, terms: Terms
     ) -> Callable[[np.ndarray], tuple[torch.Tensor, dict[str, float]]]:
         """rows -> (clipped value loss, ``critic/`` metrics) for this iteration's steps."""
         v_old = torch.as_tensor(batch.value, dtype=torch.float32)
-        target = torch.as_tensor(self.targets(batch, parts), dtype=torch.float32)
+        target = torch.as_tensor(self.targets(batch, terms), dtype=torch.float32)
 
         def loss(idx: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
             v = self.module.values([tokens.prompt_ids[i] for i in idx])

@@ -42,13 +42,12 @@ from cairn.policies.sharing import PlainPath, make_path
 
 __all__ = ["Generation", "GenerationOptions", "HFPolicy", "end_token_ids"]
 
-# Fixed when a policy is built (``HFPolicy.__setattr__``); the option names of the old
-# attribute switches are refused too, with a pointer to ``GenerationOptions``.
+# Fixed when a policy is built (``HFPolicy.__setattr__``): the sharing path is built from
+# the options, the model, the tokenizer and the device, so none of them may change after.
 _FIXED = frozenset(
     {"model", "tokenizer", "device", "options", "sharing", "eos_id", "end_ids", "pad_id",
      "forward_tokens"}
 )  # fmt: skip
-_OPTION_NAMES = frozenset(GenerationOptions.__dataclass_fields__)
 
 
 @dataclass
@@ -123,7 +122,7 @@ class HFPolicy:
         self._built = True
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _OPTION_NAMES or (name in _FIXED and self.__dict__.get("_built")):
+        if name in _FIXED and self.__dict__.get("_built"):
             raise AttributeError(
                 f"HFPolicy.{name} is fixed when the policy is built: pass "
                 "HFPolicy(model, tokenizer, device, options=GenerationOptions(...)), or "

@@ -15,7 +15,7 @@ the batch cache that continues them:
 Keys and values depend on the weights: every entry is dropped when ``weights_version``
 changes (an optimizer step or a loaded state dict bumps a parameter's version counter).
 Only caches of plain layers (a key and a value tensor per layer, no sliding window) are
-kept; any other cache class keeps nothing, and generation then prefills as before.
+kept; any other cache class keeps nothing, and generation then prefills every prompt whole.
 """
 
 from __future__ import annotations

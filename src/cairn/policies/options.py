@@ -7,7 +7,7 @@ precision of its forward passes, fixed when the policy is built (``HFPolicy(opti
 The plain path (all sharing and caching off) is the reference: the shared-prefix component
 gives the same sampled tokens and the same log-probs, entropies and gradients within float
 rounding (tests/policies compare them), and with every switch off it is the plain path bit
-for bit. The tiny default runs the plain path, so its recorded runs stay bit-identical;
+for bit. The tiny default runs the plain path (the demo's numbers are the reference's);
 pretrained models run the component (``cairn.policies.generation_options``).
 
 ``autocast`` (bfloat16 autocast of the decoder; the output head, the adapters and the

@@ -10,8 +10,8 @@ Both serve the same four calls of ``HFPolicy``:
     hidden(model, decoder, b)   the decoder's final hidden states (U, W, H) of a score batch
 
 ``PlainPath`` feeds every row whole, left-padded, in one batch: the reference the
-tests compare the component against, and the path of the tiny default (its recorded runs
-stay bit-identical). ``SharedPath`` (``GenerationOptions``: ``share_prefix``,
+tests compare the component against, and the path the tiny default runs (the demo's
+numbers are the plain path's). ``SharedPath`` (``GenerationOptions``: ``share_prefix``,
 ``drop_finished``, ``reuse_cache``, ``prefix_block``, ``bucket_cost``) runs the tokens
 rows share once, drops finished rows, continues kept caches and scores in buckets of
 similar length; its numbers equal the plain path's within float rounding (a different

@@ -85,8 +85,8 @@ def anchor_neighbours(
 
 
 def first_crit(episode: dict[str, Any]) -> int | None:
-    """t of the first step whose ``after_error`` (``crit`` in older runs) is true (ELPO's
-    localised error step), else None."""
+    """t of the first step whose ``after_error`` (or ``crit``, its published name) is true
+    (ELPO's localised error step), else None."""
     for s in _steps(episode):
         if s.get("after_error", s.get("crit")):
             return int(s.get("t", 0))

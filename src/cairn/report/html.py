@@ -5,7 +5,7 @@ One file each: the data is embedded as JSON and drawn by inline JavaScript and S
 (``cairn/report/static/``, read by `cairn.report.assets`), so a report opens from disk
 with no server and no network.
 What a run report shows and how it samples a large run: `cairn.report.payload`,
-`cairn.report.rundata`. Advantage estimators and their parts: GiGPO (arXiv 2505.10978),
+`cairn.report.rundata`. Advantage estimators and their terms: GiGPO (arXiv 2505.10978),
 ProxMO (arXiv 2602.19225), ELPO (arXiv 2602.09598).
 """
 

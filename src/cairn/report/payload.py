@@ -5,11 +5,11 @@ them by index, so the many repeats of a group (all its episodes start from one s
 are stored once. A step is ``{"t", "o" observation, "a" anchor, "x" action, "c"
 completion (when it differs from the action), "r" env reward, "p" penalty (when not 0),
 "sh" sum of shaped reward terms (when any), "ok"
-0 (only when invalid), "lp" logprob, "A" advantage, "q" {advantage part: value}, "k"
+0 (only when invalid), "lp" logprob, "A" advantage, "q" {advantage term: value}, "k"
 {other numeric column: value}, "crit" 1, "tips" [string], "pk"/"pf"/"pl"/"pa" the prompt
 the model saw (the first "pk" characters of the step before's prompt, its "pl" characters
 from "pf", then string "pa"; the viewer rebuilds it), "e" {anything else}}``.
-Advantage parts are the per-step columns named ``A_*`` (GiGPO ``A_E``/``A_S``, ProxMO,
+Advantage terms are the per-step columns named ``A_*`` (GiGPO ``A_E``/``A_S``, ProxMO,
 ELPO ``A_b``/``A_t``); other numbers (``G``, ``w``, ``value``, ...) are shown as values.
 """
 
@@ -118,19 +118,19 @@ def _step(s: dict[str, Any], strings: Strings) -> dict[str, Any]:
         out["p"] = _num(s.get("penalty"))
     if s.get("valid") is False:
         out["ok"] = 0
-    if s.get("after_error", s.get("crit")):  # ELPO's flag (named crit in older runs)
+    if s.get("after_error", s.get("crit")):  # ELPO's flag, by either name (COLUMN_ALIASES)
         out["crit"] = 1
     tips = s.get("tips")
     if tips:
         out["tips"] = [strings.add(x) for x in (tips if isinstance(tips, list) else [tips])]
-    parts: dict[str, float | None] = {}
+    terms: dict[str, float | None] = {}
     cols: dict[str, float | None] = {}
     extra: dict[str, Any] = {}
     for k, v in s.items():
         if k in _BASE:
             continue
         if _num(v) is not None:
-            (parts if k.startswith("A_") else cols)[k] = _num(v)
+            (terms if k.startswith("A_") else cols)[k] = _num(v)
         elif isinstance(v, dict) and v and all(_num(x) is not None for x in v.values()):
             cols.update({f"{k}/{name}": _num(x) for name, x in v.items()})  # e.g. shaped terms
         else:
@@ -138,7 +138,7 @@ def _step(s: dict[str, Any], strings: Strings) -> dict[str, Any]:
     shaped = s.get("shaped")
     if isinstance(shaped, dict) and shaped:
         out["sh"] = sum(_num(x) or 0.0 for x in shaped.values())
-    for key, d in (("q", parts), ("k", cols), ("e", extra)):
+    for key, d in (("q", terms), ("k", cols), ("e", extra)):
         if d:
             out[key] = d
     return out
@@ -297,7 +297,7 @@ def run_payload(data: RunData, sampling: Sampling) -> dict[str, Any]:
         },
         "tau": proximity.tau if proximity else None,
         "scale": _scale(iterations),
-        "parts": _names(iterations, "q"),
+        "terms": _names(iterations, "q"),
         "columns": _names(iterations, "k"),
         "strings": strings.items,
         "iterations": iterations,

@@ -4,7 +4,7 @@ fixture and benchmarks/report/report_size.py's runs (one builder for both).
 Nothing is trained: a toy grid walk (agent, goal, walls at the border) stands in for the
 env and a policy whose pull toward the goal grows with the iteration stands in for
 learning. The episodes go through `to_step_batch`, the registered advantage estimator
-(`estimate_parts`), `to_records` and `RunLog.trajectories`, so the dumps have exactly the
+(`estimate_terms`), `to_records` and `RunLog.trajectories`, so the dumps have exactly the
 form a real run writes. Options add what the trainer does not write yet: rollout trees
 (``trees``: per-step ``path`` and ELPO's ``crit``), demonstrations (``demos``: one
 ``source = 1`` episode per group) and memory tips (``tips``: ``source = 2`` episodes whose
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from cairn.advantages import estimate_parts
+from cairn.advantages import estimate_terms
 from cairn.data.episode import Episode, Step, to_records, to_step_batch
-from cairn.train.config import Config
 from cairn.train.runlog import RunLog
+from cairn.train.schema import Config
 
 __all__ = ["write_synthetic_run"]
 
@@ -216,8 +216,8 @@ def _metrics(it: int, episodes: list[Episode], rng) -> dict[str, Any]:
 
 
 def _records(episodes: list[Episode], estimator: str, tips: bool) -> list[dict[str, Any]]:
-    adv, parts = estimate_parts(estimator, to_step_batch(episodes))
-    recs = to_records(episodes, None, advantage=adv, **parts)  # no decode: ids dropped
+    adv, terms = estimate_terms(estimator, to_step_batch(episodes))
+    recs = to_records(episodes, None, advantage=adv, **terms)  # no decode: ids dropped
     if tips:
         for r in recs:
             if r["source"] == 2:

@@ -14,16 +14,18 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cairn._errors import ConfigError
     from cairn.train.api import Callback, TrainResult
-    from cairn.train.config import Config, ConfigError, load_config
+    from cairn.train.config import load_config
+    from cairn.train.schema import Config
 
 __all__ = ["Callback", "Config", "ConfigError", "TrainResult", "load_config", "run"]
 
 _LAZY = {
     "Callback": "cairn.train.api",
     "TrainResult": "cairn.train.api",
-    "Config": "cairn.train.config",
-    "ConfigError": "cairn.train.config",
+    "Config": "cairn.train.schema",
+    "ConfigError": "cairn._errors",
     "load_config": "cairn.train.config",
 }
 

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cairn.train.config import Config, apply_overrides, load_config, validate_config
+from cairn.train.config import load_config, validate_config
+from cairn.train.configfile import apply_overrides
+from cairn.train.schema import Config
 
 __all__ = ["Callback", "TrainResult", "train"]
 

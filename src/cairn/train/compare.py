@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,15 +32,47 @@ from typing import Any
 import numpy as np
 import yaml
 
+from cairn._errors import ConfigError
 from cairn._files import read_text
 from cairn.data import rundir
 from cairn.data.rundir import RunLock, RunLocked
-from cairn.train.config import ConfigError, load_config
-from cairn.train.records import ci95_half
+from cairn.train.config import load_config
 
-__all__ = ["COMPARE_LOCK", "CompareLocked", "compare", "summarise", "write_config"]
+__all__ = [
+    "COMPARE_LOCK",
+    "T95",
+    "CompareLocked",
+    "ci95_half",
+    "compare",
+    "summarise",
+    "write_config",
+]
 
 COMPARE_LOCK = "compare.lock"
+
+#: Two-sided 95 % Student-t quantiles by degrees of freedom (seeds - 1); beyond 10 the
+#: normal 1.96 (at most 12 % narrow at 11 dof, less with more seeds).
+T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+}
+
+
+def ci95_half(values: Sequence[float] | np.ndarray) -> float | None:
+    """Half-width of the 95 % Student-t interval of the mean over seeds (None for fewer
+    than two values)."""
+    a = np.asarray(values, dtype=float)
+    if len(a) < 2:
+        return None
+    return float(T95.get(len(a) - 1, 1.96) * a.std(ddof=1) / np.sqrt(len(a)))
 
 
 class CompareLocked(RunLocked):

@@ -4,7 +4,7 @@ validate it against the schema and run the preflight checks.
     from cairn.train.config import load_config
     cfg = load_config("sokoban_grpo", ["rollout.group_size=4"])   # Config, or ConfigError
 
-The parts, each importable without torch:
+The modules it joins, each importable without torch:
 
     cairn.train.schema      the sections, their defaults, help strings and checks of types,
                             ranges and rules between keys; error messages; ``describe``
@@ -12,7 +12,8 @@ The parts, each importable without torch:
     cairn.train.preflight   ``check_config``: the checks that need a registry, an env, a
                             model file or a probe, after the modules of ``imports`` load
 
-A bad key or value fails at load time with the key, the value and what is allowed.
+A bad key or value fails at load time with the key, the value and what is allowed
+(``cairn._errors.ConfigError``, public as ``cairn.train.ConfigError``).
 """
 
 from __future__ import annotations
@@ -23,88 +24,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from cairn._errors import ConfigError
-from cairn.train.configfile import (
-    MAX_CONFIG_BYTES,
-    MAX_DEPTH,
-    MAX_STRING,
-    apply_overrides,
-    check_sizes,
-    config_mapping,
-)
+from cairn.train.configfile import apply_overrides, check_sizes, config_mapping
 from cairn.train.preflight import check_config
-from cairn.train.schema import (
-    DEMO_ENV,
-    MAX_EPISODES,
-    MAX_GROUP_SIZE,
-    MAX_GROUPS,
-    MAX_NEW_TOKENS,
-    MAX_ROUNDS,
-    MAX_RUN_NAME,
-    MAX_TURNS,
-    MAX_WORKERS,
-    TINY_MODEL_KEYS,
-    AdvantageConfig,
-    AgentConfig,
-    CheckpointConfig,
-    Config,
-    CriticConfig,
-    EnvConfig,
-    EvalConfig,
-    LogConfig,
-    LoraSection,
-    LossSection,
-    ModelConfig,
-    OptimConfig,
-    RewardSpec,
-    RolloutConfig,
-    TrainConfig,
-    WarmupConfig,
-    describe,
-    format_validation_error,
-    run_name_problem,
-    stop_problem,
-)
+from cairn.train.schema import Config, format_validation_error
 
-__all__ = [
-    "DEMO_ENV",
-    "MAX_CONFIG_BYTES",
-    "MAX_DEPTH",
-    "MAX_EPISODES",
-    "MAX_GROUPS",
-    "MAX_GROUP_SIZE",
-    "MAX_NEW_TOKENS",
-    "MAX_ROUNDS",
-    "MAX_RUN_NAME",
-    "MAX_STRING",
-    "MAX_TURNS",
-    "MAX_WORKERS",
-    "TINY_MODEL_KEYS",
-    "AdvantageConfig",
-    "AgentConfig",
-    "CheckpointConfig",
-    "Config",
-    "ConfigError",
-    "CriticConfig",
-    "EnvConfig",
-    "EvalConfig",
-    "LogConfig",
-    "LoraSection",
-    "LossSection",
-    "ModelConfig",
-    "OptimConfig",
-    "RewardSpec",
-    "RolloutConfig",
-    "TrainConfig",
-    "WarmupConfig",
-    "apply_overrides",
-    "check_config",
-    "config_mapping",
-    "describe",
-    "load_config",
-    "run_name_problem",
-    "stop_problem",
-    "validate_config",
-]
+__all__ = ["load_config", "validate_config"]
 
 
 def load_config(

@@ -25,6 +25,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from cairn._errors import ConfigError
 from cairn._files import check_regular
 from cairn.agent import PromptBuilder
 from cairn.envs import TextEnv
@@ -32,9 +33,10 @@ from cairn.policies import HFPolicy, build_policy
 from cairn.rollout import RolloutSettings, make_env_pool, rollout, tasks_for_groups
 from cairn.rollout.envpool import GuardedEnv
 from cairn.train.checkpoint import latest_checkpoint
-from cairn.train.config import Config, ConfigError, load_config
+from cairn.train.config import load_config
+from cairn.train.schema import Config
 from cairn.train.setup import config_env_factory, prompt_builder, sampling_settings
-from cairn.train.trainer import episode_stats
+from cairn.train.summary import episode_stats
 
 __all__ = [
     "CheckpointPruned",

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cairn.policies import HFPolicy
-    from cairn.train.config import Config
+    from cairn.train.schema import Config
 
 __all__ = ["ExportError", "Exported", "export_run"]
 
@@ -69,7 +69,8 @@ def export_run(run_dir: Path, out: Path, merge: bool = False, force: bool = Fals
             "checkpoint holds the whole model): export it without --merge"
         )
     _check_out(out, run_dir, force)
-    from cairn.train.config import ConfigError, load_config
+    from cairn._errors import ConfigError
+    from cairn.train.config import load_config
 
     try:  # the run checked its config when it started; export reads only its model keys,
         # so no env, plugin or registry is needed (the preflight is skipped)

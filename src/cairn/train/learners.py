@@ -5,7 +5,7 @@ that follows each minibatch loss.
 PPO (Schulman et al., arXiv 1707.06347, Alg. 1) optimises the surrogate for K epochs
 over minibatches of the iteration's batch; the actor and a value network both run it.
 A learner (``Learner``) has ``name``, ``module``, ``opt``, ``epochs`` (None:
-``optim.epochs``), ``log_update`` and ``minibatch_loss(tokens, batch, parts)``; those
+``optim.epochs``), ``log_update`` and ``minibatch_loss(tokens, batch, terms)``; those
 ``build_learners`` adds beside the ``Actor`` (``SideLearner``) also have
 ``score(episodes)`` (they may fill step columns before the advantage) and ``save`` of
 their weights.
@@ -26,13 +26,14 @@ from cairn import _progress
 from cairn.losses import LossConfig, policy_loss
 
 if TYPE_CHECKING:
+    from cairn.advantages import Terms
     from cairn.data.episode import Episode
     from cairn.data.step_batch import StepBatch
     from cairn.data.tokens import TokenBatch
     from cairn.policies.engines import Engine
     from cairn.policies.hf import HFPolicy
-    from cairn.train.config import Config, OptimConfig
     from cairn.train.distributed import Dist
+    from cairn.train.schema import Config, OptimConfig
 
 __all__ = [
     "Actor",
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 Step = Callable[[np.ndarray], dict[str, float]]  # minibatch row indices -> its metrics
-Parts = dict[str, np.ndarray]  # the estimator's parts (``returns``, ...), per step
 MinibatchLoss = Callable[[np.ndarray], tuple[torch.Tensor, dict[str, float]]]
 
 
@@ -74,7 +74,7 @@ class Learner(Protocol):
     @property
     def opt(self) -> torch.optim.Optimizer: ...
 
-    def minibatch_loss(self, tokens: TokenBatch, batch: StepBatch, parts: Parts) -> MinibatchLoss:
+    def minibatch_loss(self, tokens: TokenBatch, batch: StepBatch, terms: Terms) -> MinibatchLoss:
         """rows -> (loss, metrics) for this iteration's steps."""
         ...
 
@@ -118,7 +118,7 @@ class Actor:
         self.policy, self.module, self.opt = policy, policy.model, opt
         self.engine, self.loss_cfg, self.dist, self.cfg = engine, loss_cfg, dist, cfg
 
-    def minibatch_loss(self, tokens: TokenBatch, batch: StepBatch, parts: Parts) -> MinibatchLoss:
+    def minibatch_loss(self, tokens: TokenBatch, batch: StepBatch, terms: Terms) -> MinibatchLoss:
         def loss(idx: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
             mb = self.engine.reweight(tokens.minibatch(idx), idx)  # vllm: TIS weights
             logp, entropy = self.policy.score(mb.inputs, self.cfg.rollout.temperature)
@@ -135,7 +135,7 @@ def train_learners(
     learners: Sequence[Learner],
     tokens: TokenBatch,
     batch: StepBatch,
-    parts: Parts,
+    terms: Terms,
     *,
     optim: OptimConfig,
     dist: Dist,
@@ -154,7 +154,7 @@ def train_learners(
     chunks = dist.max_int(max(1, round(n / optim.minibatch_size)))  # same on all ranks
     labels = tokens.prompt_labels() if optim.group_prompts else None
     for learner in learners:
-        step, skipped = _learner_step(learner, tokens, batch, parts, optim, dist)
+        step, skipped = _learner_step(learner, tokens, batch, terms, optim, dist)
         epochs = learner.epochs or optim.epochs
         metrics.update(run_epochs(n, epochs, chunks, rng, step, stop, labels))
         if learner.log_update:
@@ -166,13 +166,13 @@ def _learner_step(
     learner: Learner,
     tokens: TokenBatch,
     batch: StepBatch,
-    parts: Parts,
+    terms: Terms,
     optim: OptimConfig,
     dist: Dist,
 ) -> tuple[Step, list[int]]:
     """One minibatch update of ``learner`` as a ``Step``, and the list it appends to for
     each update it skips."""
-    loss_of = learner.minibatch_loss(tokens, batch, parts)
+    loss_of = learner.minibatch_loss(tokens, batch, terms)
     learner.module.train()
     skipped: list[int] = []
 

@@ -39,11 +39,11 @@ from cairn.rollout import (
     make_env_pool,
     make_strategy,
 )
-from cairn.train.config import Config
 from cairn.train.curriculum import make_curriculum
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, SideLearner, build_learners
 from cairn.train.resume import _check_optimizer
+from cairn.train.schema import Config
 from cairn.train.setup import build_policy_engine, config_env_factory, sampling_settings
 from cairn.train.state import put
 

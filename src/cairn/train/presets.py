@@ -1,7 +1,7 @@
 """Config presets shipped inside the package (``cairn/presets/*.yaml``, package data).
 
 ``cairn train sokoban_grpo`` and ``load_config("sokoban_grpo")`` find a preset by name;
-a path to a YAML file works as before. The files are read with ``importlib.resources``,
+a path to a YAML file works too. The files are read with ``importlib.resources``,
 so an installed wheel needs nothing from the repository or the working directory.
 """
 

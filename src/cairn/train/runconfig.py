@@ -28,9 +28,11 @@ from typing import Any
 
 import yaml
 
+from cairn._errors import ConfigError
 from cairn.data import rundir
-from cairn.train.config import Config, ConfigError, apply_overrides, config_mapping
 from cairn.train.config import validate_config as _validate
+from cairn.train.configfile import apply_overrides, config_mapping
+from cairn.train.schema import Config
 
 __all__ = [
     "CONFIG_COPY",

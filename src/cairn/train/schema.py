@@ -16,33 +16,37 @@ import difflib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     ValidationError,
     create_model,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
-from cairn._errors import ConfigError
 from cairn._regex import regex_groups as _regex_groups
 from cairn.exploration.config import ExplorationConfig
 from cairn.losses.config import LossConfig
 
 __all__ = [
     "DEMO_ENV",
+    "MAX_EPISODES",
+    "MAX_GROUPS",
+    "MAX_GROUP_SIZE",
+    "MAX_NEW_TOKENS",
+    "MAX_ROUNDS",
+    "MAX_RUN_NAME",
+    "MAX_TURNS",
+    "MAX_WORKERS",
     "TINY_MODEL_KEYS",
     "AdvantageConfig",
     "AgentConfig",
     "CheckpointConfig",
     "Config",
-    "ConfigError",
     "CriticConfig",
     "CurriculumConfig",
     "EnvConfig",
@@ -66,7 +70,7 @@ __all__ = [
     "stop_problem",
 ]
 
-# -- limits, checked before any work (issue 26) -----------------------------------------------
+# -- limits, checked before any work ------------------------------------------------------------
 # Counts that size memory. A round of B x G episodes is held whole (prompt and action ids,
 # log-probs, text): about 200 KB per episode of 15 turns of 512-token prompts, so 65,536
 # episodes take ~13 GB, what a 24 GB machine holds beside a model and its optimizer.
@@ -99,20 +103,6 @@ def run_name_problem(name: str) -> str | None:
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    #: Keys added after runs were recorded, left out of the dump while at their default: a
-    #: config that does not set them dumps (and hashes, ``runconfig.config_sha256``) as it
-    #: did before they existed, so runs made then resume.
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _without_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        for key in self._OMIT_AT_DEFAULT:
-            field = type(self).model_fields[key]
-            if getattr(self, key) == field.get_default(call_default_factory=True):
-                data.pop(key, None)
-        return data
 
 
 #: The demo's env and its options (what ``cairn train`` with no config runs). Another env
@@ -151,7 +141,6 @@ class LoraSection(_Section):
 
 
 class ModelConfig(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("autocast",)
     path: str | None = Field(
         None,
         description="Local Hugging Face model directory, hub name or embedded model "
@@ -205,7 +194,6 @@ TINY_MODEL_KEYS = (
 
 
 class AgentConfig(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("no_progress_penalty", "show_admissible")
     instruction: str | None = Field(
         None, description="Task instruction at the top of the prompt; null uses the env's."
     )
@@ -248,7 +236,7 @@ class AgentConfig(_Section):
     show_admissible: bool = Field(
         False, description="List the env's admissible actions (info admissible), one a line, "
         "after the current observation, as verl-agent's ALFWorld prompts do; a model writing "
-        "free text then picks one. Envs that list none are shown as before."
+        "free text then picks one. Envs that list none show no list."
     )  # fmt: skip
 
     @field_validator("action_pattern")
@@ -266,7 +254,7 @@ class RolloutConfig(_Section):
     )
     groups: int = Field(
         32, gt=0, le=MAX_GROUPS, description=f"B: task instances per iteration (at most "
-        f"{MAX_GROUPS}; B x G at most {MAX_EPISODES}, see cairn.train.config.MAX_EPISODES)."
+        f"{MAX_GROUPS}; B x G at most {MAX_EPISODES}, see cairn.train.schema.MAX_EPISODES)."
     )  # fmt: skip
     group_size: int = Field(
         8, gt=0, le=MAX_GROUP_SIZE,
@@ -456,7 +444,6 @@ class TrainConfig(_Section):
 
 
 class EvalConfig(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("env_options",)
     every: int = Field(5, ge=0, description="Greedy evaluation every N iterations (0: only end).")
     episodes: int = Field(
         200, gt=0, le=MAX_EPISODES,
@@ -516,7 +503,6 @@ class CurriculumConfig(_Section):
 
 
 class Config(_Section):
-    _OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("imports", "curriculum")
     name: str = Field(
         "sokoban_gigpo", description="Run name prefix: one folder name (no '/', '\\' or "
         "'..'), printable, no '[' or ']', at most 128 characters."
@@ -595,24 +581,6 @@ class Config(_Section):
                 f"steps); got {self.loss.agg!r}, {self.critic.enabled}, {self.rollout.engine!r}"
             )
         return self
-
-    @model_validator(mode="after")
-    def _exploration_sampler(self) -> Config:
-        alias = self.exploration.alias_strategy()  # old spellings of rollout.strategy
-        if alias is not None and self.rollout.strategy != "group":
-            raise ValueError(
-                "exploration.strategy / exploration.self_search sample episodes themselves "
-                f"(they are rollout.strategy {alias[0]!r}, and leave rollout.strategy 'group'); "
-                f"got {self.rollout.strategy!r}"
-            )
-        self.exploration.check_old_keys(self.rollout.strategy)
-        return self
-
-    def rollout_strategy(self) -> tuple[str, dict[str, Any]]:
-        """(name, options) of the rollout strategy this config samples with: ``rollout``'s,
-        or the one an old ``exploration.strategy`` / ``self_search`` section selects."""
-        alias = self.exploration.alias_strategy()
-        return alias if alias is not None else (self.rollout.strategy, dict(self.rollout.options))
 
 
 # -- checks shared by several sections --------------------------------------------------------

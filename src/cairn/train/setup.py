@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from cairn.envs import TextEnv
     from cairn.policies.engines import Engine
     from cairn.policies.hf import HFPolicy
-    from cairn.train.config import Config, RolloutConfig
     from cairn.train.distributed import Dist
+    from cairn.train.schema import Config, RolloutConfig
 
 __all__ = [
     "TinyKeyWarning",
@@ -152,7 +152,7 @@ def prompt_words(cfg: Config) -> tuple[str, ...]:
     """Words the rollout strategy writes into prompts beyond the env's and the template's
     (its class's ``prompt_words(options)``, where it has one: SGE's reflection outcomes); the
     tiny default's word-level tokenizer must know them, or the model reads ``<unk>``."""
-    name, options = cfg.rollout_strategy()
+    name, options = cfg.rollout.strategy, cfg.rollout.options
     words = getattr(STRATEGIES.get(name), "prompt_words", None)
     return tuple(words(options)) if words is not None else ()
 

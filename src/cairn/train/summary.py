@@ -12,7 +12,7 @@ from cairn.data.episode import Episode
 from cairn.rollout.loop import turn_stats
 
 if TYPE_CHECKING:
-    from cairn.train.config import Config
+    from cairn.train.schema import Config
 
 __all__ = ["episode_stats", "summarize", "task_blind_share"]
 

@@ -17,7 +17,7 @@
 
 Nothing here knows a specific estimator, env, strategy or method: they come by name from
 the config, and what a method needs arrives as data (step columns, per-token flags the
-loss config interprets, estimator parts) or as a wrapper around the rollout strategy.
+loss config interprets, an estimator's terms) or as a wrapper around the rollout strategy.
 The counters and every random stream live in ``TrainState`` (``cairn.train.state``), whose
 state is checkpointed with the rest (``cairn.train.resume``), so a resumed run repeats an
 uninterrupted one exactly.
@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 import numpy as np
 import torch
 
+from cairn.advantages import Terms
 from cairn.advantages import compute as compute_advantages
 from cairn.agent import PromptBuilder
 from cairn.data import rundir
@@ -59,7 +60,6 @@ from cairn.rollout import (
 from cairn.rollout.dynamic import SamplingRounds
 from cairn.train import budget
 from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
-from cairn.train.config import Config
 from cairn.train.distributed import Dist
 from cairn.train.divergence import DivergenceWatch, finite_outputs
 from cairn.train.learners import Actor, SideLearner, train_learners
@@ -68,13 +68,13 @@ from cairn.train.preflight import check_config
 from cairn.train.resume import restore_trainer, trainer_state
 from cairn.train.runconfig import CONFIG_COPY, config_sha256, config_writer, record_amendment
 from cairn.train.runlog import RunLog
-from cairn.train.setup import new_run_dir
+from cairn.train.schema import Config
 from cairn.train.state import TrainState
 from cairn.train.summary import episode_stats, summarize
 from cairn.train.trust import named_code, record_run
 from cairn.train.warmup import run_warmup_stage
 
-__all__ = ["Trainer", "episode_stats", "new_run_dir"]
+__all__ = ["Trainer"]
 
 TRAIN_SEED_RANGE = 1_000_000_000  # train seeds are drawn below it, eval seeds start at it
 T = TypeVar("T")
@@ -269,17 +269,17 @@ class Trainer:
         rollout_tokens = self.policy.forward_tokens - tokens_before
         t1 = time.perf_counter()
         # --- advantage -----------------------------------------------------------------------
-        batch, adv, parts = self.advantage(episodes)
+        batch, adv, terms = self.advantage(episodes)
         t2 = time.perf_counter()
         # --- update --------------------------------------------------------------------------
-        actor, update_tokens = self.learn(episodes, batch, adv, parts)
+        actor, update_tokens = self.learn(episodes, batch, adv, terms)
         self.divergence.after_update(actor, self.iteration, cfg.optim.lr)
         t3 = time.perf_counter()
         # --- log -----------------------------------------------------------------------------
         self.episodes += int(self.dist.sum(rounds.sampled))
         self.train_seconds = self.dist.broadcast_object(self.train_seconds + t3 - t0)
         if cfg.log.trajectories_every and self.iteration % cfg.log.trajectories_every == 0:
-            self._dump(episodes, adv, parts)
+            self._dump(episodes, adv, terms)
         played = [e for e in episodes if Source(e.source).from_policy] or episodes
         climbed = self._climb(played)
         return self.dist.mean_metrics({
@@ -338,24 +338,22 @@ class Trainer:
         for reward in self.rewards:
             reward(episodes, self.reward_ctx)
 
-    def advantage(
-        self, episodes: list[Episode]
-    ) -> tuple[StepBatch, np.ndarray, dict[str, np.ndarray]]:
+    def advantage(self, episodes: list[Episode]) -> tuple[StepBatch, np.ndarray, Terms]:
         """The step table (one row per step; a learner may fill columns first, e.g. the
         value), its per-step advantages (the estimator, then the whitening) and the
-        estimator's parts."""
+        estimator's terms."""
         for learner in self.learners:
             learner.score(episodes)
         batch = to_step_batch(episodes)
-        adv, parts = compute_advantages(batch, self.cfg.advantage)
-        return batch, adv, parts
+        adv, terms = compute_advantages(batch, self.cfg.advantage)
+        return batch, adv, terms
 
     def learn(
         self,
         episodes: list[Episode],
         batch: StepBatch,
         adv: np.ndarray,
-        parts: dict[str, np.ndarray],
+        terms: Terms,
     ) -> tuple[dict[str, float], int]:
         """The token batch of ``episodes`` with advantages ``adv`` (+ the KL reference's
         log-probs), the update of every learner, the new weights to the sampler. Returns
@@ -369,7 +367,7 @@ class Trainer:
                 self.policy, self.ref_model, tokens, cfg.rollout.temperature
             )
         tokens_before = self.policy.forward_tokens
-        metrics = self.update(tokens, batch, parts)
+        metrics = self.update(tokens, batch, terms)
         update_tokens = self.policy.forward_tokens - tokens_before  # every epoch's passes
         self.engine.sync()  # vllm: the new weights to the sampler
         return metrics, update_tokens
@@ -382,16 +380,16 @@ class Trainer:
         self,
         tokens: TokenBatch,
         batch: StepBatch | None = None,
-        parts: dict[str, np.ndarray] | None = None,
+        terms: Terms | None = None,
     ) -> dict[str, float]:
         """PPO epochs for the actor, then for each other learner (they read the step table
-        ``batch`` and the estimator's ``parts``); the mean of each metric. The actor reads
+        ``batch`` and the estimator's ``terms``); the mean of each metric. The actor reads
         neither: it alone may update without them (``batch`` None)."""
         if batch is None and self.learners:
             names = ", ".join(x.name for x in self.learners)
             raise ValueError(f"update: the learners beside the actor ({names}) need the step table")
         return train_learners(
-            [self.actor, *self.learners], tokens, cast(StepBatch, batch), parts or {},
+            [self.actor, *self.learners], tokens, cast(StepBatch, batch), terms or {},
             optim=self.cfg.optim, dist=self.dist, rng=self.state.shuffle_rng,
             stop=self.out_of_time,
         )  # fmt: skip
@@ -426,7 +424,7 @@ class Trainer:
         """Inside an iteration: has ``train.time_budget_s`` run out, counting the iteration in
         flight? The update asks after each PPO epoch (the first always runs), the clean point
         to stop at: the weights and optimizer are whole, the iteration is logged and saved as
-        usual, and the run then ends (a 38 s iteration no longer overshoots by 38 s)."""
+        usual, and the run then ends (a 38 s iteration does not overshoot the budget by 38 s)."""
         limit, started = self.cfg.train.time_budget_s, self.iteration_started
         if limit is None or started is None:
             return False
@@ -447,11 +445,11 @@ class Trainer:
             self.log.say(f"untrained greedy success {stats['eval/success']:.3f}")
         return stats
 
-    def _dump(self, episodes: list[Episode], adv: np.ndarray, parts: dict[str, np.ndarray]):
+    def _dump(self, episodes: list[Episode], adv: np.ndarray, terms: Terms):
         groups = sorted({e.group for e in episodes})[: self.cfg.log.trajectory_groups]
         keep = np.array([e.group in groups for e in episodes for _ in e.steps], dtype=bool)
         chosen = [e for e in episodes if e.group in groups]
-        per_step = {"advantage": adv[keep], **{k: v[keep] for k, v in parts.items()}}
+        per_step = {"advantage": adv[keep], **{k: v[keep] for k, v in terms.items()}}
         # What the model saw: each turn's prompt text, decoded from its ids, stored as the
         # part new since the turn before (``to_records``; ``prompt_texts`` rebuilds them).
         decode = getattr(self.policy.tokenizer, "decode", None)

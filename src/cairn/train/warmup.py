@@ -15,7 +15,9 @@ the format, and only the format's mechanics, from the env's own solver:
    context budget), so a warmed-up model reads exactly the prompts it will see in RL; a
    completion the tokenizer cannot write (unknown tokens) is an error;
 2. ``supervised_warmup``: token-mean cross-entropy on the completion tokens (end-of-turn
-   token included), AdamW, minibatches, for ``epochs`` passes or ``time_budget_s``.
+   token included), AdamW, minibatches, for ``epochs`` passes or ``time_budget_s``
+   (``supervised_passes``, the package's one supervised loop, which the benchmarks'
+   behaviour cloning on (prompt, completion) pairs runs too).
 
 The reasoning written in ``<think>`` (``think``): ``offsets`` copies the observation's
 offset words (sokoban's compact render: where the box is from the player, where the goal
@@ -27,6 +29,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -42,11 +45,22 @@ if TYPE_CHECKING:
     from cairn.agent import PromptBuilder
     from cairn.policies.hf import HFPolicy
     from cairn.rollout.settings import RolloutSettings
-    from cairn.train.config import Config, WarmupConfig
     from cairn.train.parts import TrainParts
+    from cairn.train.schema import Config, WarmupConfig
 
-__all__ = ["demonstrations", "run_warmup", "run_warmup_stage", "supervised_warmup", "think_text"]
+__all__ = [
+    "Example",
+    "SupervisedPasses",
+    "demonstrations",
+    "run_warmup",
+    "run_warmup_stage",
+    "supervised_passes",
+    "supervised_warmup",
+    "think_text",
+]
 
+#: A supervised example: (prompt ids, completion ids); the loss reads the completion.
+Example = tuple[Sequence[int], Sequence[int]]
 _OFFSET = re.compile(r"^(r|c|tr|tc)[+-]\d+$")
 
 
@@ -84,6 +98,70 @@ def demonstrations(
     return out
 
 
+@dataclass
+class SupervisedPasses:
+    """What ``supervised_passes`` did: each minibatch's loss in order, the example-weighted
+    mean loss of each whole pass, the passes completed within the budget, the seconds."""
+
+    losses: list[float]
+    epoch_losses: list[float]
+    epochs: int
+    seconds: float
+
+
+def supervised_passes(
+    policy: HFPolicy,
+    examples: Sequence[Example],
+    *,
+    epochs: int,
+    lr: float,
+    minibatch_size: int,
+    time_budget_s: float | None,
+    seed: int,
+) -> SupervisedPasses:
+    """Teacher forcing on ``(prompt ids, completion ids)`` pairs: token-mean cross-entropy
+    of the completion tokens (``policy.score`` at temperature 1, the RL loss's scoring
+    path), AdamW, gradients clipped to norm 1, ``epochs`` passes over near-equal minibatches
+    in an order drawn from ``seed``, stopped after the update that reaches
+    ``time_budget_s``. The one supervised loop: the format warm-up and the benchmarks'
+    behaviour cloning both train with it."""
+    if not examples:
+        raise ValueError("supervised training needs at least one (prompt, completion) example")
+    if any(len(completion) == 0 for _, completion in examples):
+        raise ValueError("supervised training: every completion needs a token; got an empty answer")
+    model, rng = policy.model, np.random.default_rng([seed, 5])
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    chunks = max(1, round(len(examples) / minibatch_size))
+    t0, done = time.perf_counter(), SupervisedPasses([], [], 0, 0.0)
+    model.train()
+    for _ in range(epochs):
+        total, seen = 0.0, 0
+        for idx in np.array_split(rng.permutation(len(examples)), chunks):
+            loss = _minibatch_nll(policy, [examples[i] for i in idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            done.losses.append(float(loss.detach()))
+            total, seen = total + done.losses[-1] * len(idx), seen + len(idx)
+            if time_budget_s is not None and time.perf_counter() - t0 >= time_budget_s:
+                break
+        else:
+            done.epochs += 1
+            done.epoch_losses.append(total / seen)
+            continue
+        break
+    done.seconds = time.perf_counter() - t0
+    return done
+
+
+def _minibatch_nll(policy: HFPolicy, rows: Sequence[Example]) -> torch.Tensor:
+    """Mean NLL over the completion tokens of one minibatch (a scalar with a graph)."""
+    inputs = collate_scoring([p for p, _ in rows], [c for _, c in rows], pad_id=policy.pad_id)
+    logp, _ = policy.score(inputs, 1.0, with_entropy=False)  # (B, A)
+    return -logp[inputs.action_mask].mean()
+
+
 def supervised_warmup(
     policy: HFPolicy,
     steps: Sequence[Step],
@@ -94,36 +172,17 @@ def supervised_warmup(
     time_budget_s: float | None,
     seed: int,
 ) -> dict[str, float]:
-    """Token-mean cross-entropy on the completion ids of ``steps``; returns its stats."""
-    model, rng = policy.model, np.random.default_rng([seed, 5])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    chunks = max(1, round(len(steps) / minibatch_size))
-    t0, losses, updates, epochs_done = time.perf_counter(), [], 0, 0
-    model.train()
-    for _ in range(epochs):
-        for idx in np.array_split(rng.permutation(len(steps)), chunks):
-            part = [steps[i] for i in idx]
-            inputs = collate_scoring(
-                [s.prompt_ids for s in part], [s.action_ids for s in part], pad_id=policy.pad_id
-            )
-            logp, _ = policy.score(inputs, 1.0, with_entropy=False)  # (B, A)
-            loss = -logp[inputs.action_mask].mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(float(loss.detach()))
-            updates += 1
-            if time_budget_s is not None and time.perf_counter() - t0 >= time_budget_s:
-                break
-        else:
-            epochs_done += 1
-            continue
-        break
+    """``supervised_passes`` on the prompt and completion ids of ``steps``; its stats."""
+    examples = [(s.prompt_ids, s.action_ids) for s in steps]
+    done = supervised_passes(
+        policy, examples, epochs=epochs, lr=lr, minibatch_size=minibatch_size,
+        time_budget_s=time_budget_s, seed=seed,
+    )  # fmt: skip
+    chunks, losses = max(1, round(len(examples) / minibatch_size)), done.losses
     return {
-        "warmup/seconds": round(time.perf_counter() - t0, 2),
-        "warmup/updates": updates,
-        "warmup/epochs": epochs_done,
+        "warmup/seconds": round(done.seconds, 2),
+        "warmup/updates": len(losses),
+        "warmup/epochs": done.epochs,
         "warmup/loss_first": losses[0] if losses else float("nan"),
         "warmup/loss_last": float(np.mean(losses[-chunks:])) if losses else float("nan"),
     }

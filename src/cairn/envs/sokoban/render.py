@@ -90,11 +90,11 @@ def render_text(room: Room) -> str:
         row 3: # # _ _ # #
 
     Row numbers matter: untrained SmolLM2-135M-Instruct broke the answer format far more
-    often without them (14 of 16 replies). A sentence naming the positions ("You are at row
-    2, column 2. Box at row 2, column 3. ...") used to come first; it repeats the grid in 31
+    often without them (14 of 16 replies). No sentence naming the positions ("You are at
+    row 2, column 2. Box at row 2, column 3. ...") comes first: it repeats the grid in 31
     of a 6x6 room's 97 tokens, and without it the untrained model (sokoban_smol's prompt,
     48 rooms, first turn) made as few format errors (0 of 48 greedy and 0 of 48 sampled,
     with and without) and chose the solver's first move as often (10 of 48 greedy with and
-    without; 10 and 9 of 48 sampled), so it went for a 24 % shorter prompt.
+    without; 10 and 9 of 48 sampled), so leaving it out gives a 24 % shorter prompt.
     """
     return "\n".join(f"row {r}: {line}" for r, line in enumerate(render_grid(room).splitlines()))

@@ -22,9 +22,10 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cairn._errors import ConfigError
 from cairn.advantages import validate_options
 from cairn.rollout import RolloutSettings
-from cairn.train.config import AdvantageConfig, AgentConfig, Config, ConfigError, stop_problem
+from cairn.train.schema import AdvantageConfig, AgentConfig, Config, stop_problem
 
 __all__ = ["BRANCHING", "CairnVerlConfig", "RolloutSection", "cairn_config", "check_estimator"]
 

@@ -159,7 +159,7 @@ def add_parser(sub: Any) -> None:
 
 def command(args: Any) -> int:
     """Run ``cairn verl-data``: ``env.options.*`` and ``agent.*`` overrides are accepted."""
-    from cairn.train.config import apply_overrides
+    from cairn.train.configfile import apply_overrides
 
     data: dict[str, Any] = {"env": {"options": {}}, "agent": {}}
     apply_overrides(data, args.overrides)

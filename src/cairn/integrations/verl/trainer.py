@@ -30,10 +30,10 @@ import numpy as np
 import torch
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
+from cairn._errors import ConfigError
 from cairn.advantages import compute
 from cairn.data import StepBatch
 from cairn.integrations.verl.config import CairnVerlConfig, cairn_config, check_estimator
-from cairn.train.config import ConfigError
 
 __all__ = ["CairnTrainer", "step_advantages", "step_table"]
 

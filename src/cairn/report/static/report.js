@@ -3,7 +3,7 @@
 const D = JSON.parse(document.getElementById('cairn-data').textContent);
 const S = D.strings || [];
 const PALETTE = ['#2563eb', '#ea580c', '#16a34a', '#dc2626', '#7c3aed', '#0891b2', '#db2777', '#65a30d'];
-const PART_NAMES = {A_E: 'episode level', A_S: 'step level', A_b: 'branch', A_t: 'trajectory'};
+const TERM_NAMES = {A_E: 'episode level', A_S: 'step level', A_b: 'branch', A_t: 'trajectory'};
 
 function h(tag, attrs, ...kids) {
   const el = document.createElement(tag);
@@ -179,12 +179,12 @@ function trajSection() {
   const count = h('span', {cls: 'note', id: 'f-count'});
   const bar = h('div', {cls: 'legendbar'}, h('span', {text: 'A ≤ ' + num(-D.scale, 2)}), h('span', {cls: 'bar'}),
     h('span', {text: 'A ≥ +' + num(D.scale, 2)}));
-  const partsNote = D.parts.length ? 'strips under each turn: ' + D.parts.map(p => p + (PART_NAMES[p] ? ' (' + PART_NAMES[p] + ')' : '')).join(', ') : '';
+  const termsNote = D.terms.length ? 'strips under each turn: ' + D.terms.map(p => p + (TERM_NAMES[p] ? ' (' + TERM_NAMES[p] + ')' : '')).join(', ') : '';
   sec.append(h('div', {cls: 'controls'},
     h('label', {}, 'show ', itSel), h('label', {}, 'episodes ', succ), h('label', {}, 'task ', task),
     h('label', {}, 'turns ', sign), q, count));
   sec.append(h('div', {cls: 'controls'}, bar,
-    h('span', {cls: 'note', text: 'red: negative advantage (blame), blue: positive (credit); hover a turn for exact values; click it to highlight its step group' + (D.tau ? ' and its nearest neighbours (dashed)' : '') + '. ' + partsNote})));
+    h('span', {cls: 'note', text: 'red: negative advantage (blame), blue: positive (credit); hover a turn for exact values; click it to highlight its step group' + (D.tau ? ' and its nearest neighbours (dashed)' : '') + '. ' + termsNote})));
   sec.append(h('div', {cls: 'note', id: 'sampling', text: `Sampling: ${D.sampling.rule} This report shows iterations ${D.sampling.shown.join(', ')} of ${D.sampling.dumped} dumped.` + (D.sampling.skipped ? ` ${D.sampling.skipped} unreadable lines skipped.` : '')}));
   const body = h('div', {id: 'iteration'});
   sec.append(body);
@@ -240,7 +240,7 @@ function episodeRow(g, gi, ep) {
 }
 function turnTitle(g, ep, st) {
   const lines = [`episode #${ep.id}, turn t=${st.t}`, `action: ${str(st.x)}`, `advantage A = ${st.A === null ? 'n/a' : st.A}`];
-  for (const [k, v] of Object.entries(st.q || {})) lines.push(`${k} = ${v}` + (PART_NAMES[k] ? ` (${PART_NAMES[k]})` : ''));
+  for (const [k, v] of Object.entries(st.q || {})) lines.push(`${k} = ${v}` + (TERM_NAMES[k] ? ` (${TERM_NAMES[k]})` : ''));
   for (const [k, v] of Object.entries(st.k || {})) lines.push(`${k} = ${v}`);
   lines.push(`reward ${st.r}` + (st.p ? `, penalty ${st.p}` : '') + (st.sh ? `, shaped ${st.sh}` : '') + (st.ok === 0 ? ' (invalid action)' : ''));
   if (st.crit) lines.push('crit: at or after the first irrecoverable step');
@@ -255,10 +255,10 @@ function turnCell(g, gi, ep, st) {
     h('div', {cls: 'rw', text: 'r ' + signed(st.r - (st.p || 0) + (st.sh || 0))}));
   const marks = (ep.t_crit === st.t ? '⚑' : '') + (st.tips ? '✎' : '') + (st.ok === 0 ? '✗' : '');
   if (marks) cell.append(h('span', {cls: 'mk', text: marks}));
-  if (D.parts.length) {
+  if (D.terms.length) {
     const strips = h('div', {cls: 'strips'});
-    for (const p of D.parts) if (st.q && p in st.q)
-      strips.append(h('div', {cls: 'strip', 'data-part': p, style: 'background:' + advColour(st.q[p], D.scale)}));
+    for (const p of D.terms) if (st.q && p in st.q)
+      strips.append(h('div', {cls: 'strip', 'data-term': p, style: 'background:' + advColour(st.q[p], D.scale)}));
     cell.append(strips);
   }
   cell.addEventListener('click', ev => { ev.stopPropagation(); select(cell, g, gi, ep, st); });

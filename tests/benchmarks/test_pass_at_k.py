@@ -1,5 +1,6 @@
-"""pass@k, distinct solutions and read-only sampling of a trained run (cairn.train.pass_at_k),
-the measure of SGE's claim in benchmarks/exploration/pass_at_k.py."""
+"""pass@k, distinct solutions and read-only sampling of a trained run
+(benchmarks/_lib/pass_at_k.py), the measure of SGE's claim in
+benchmarks/exploration/pass_at_k.py."""
 
 from __future__ import annotations
 
@@ -9,10 +10,7 @@ from pathlib import Path
 import pytest
 
 import cairn
-from cairn.data.episode import Episode, Step
-from cairn.train.checkpoint import latest_checkpoint
-from cairn.train.config import load_config
-from cairn.train.pass_at_k import (
+from _lib.pass_at_k import (
     _sampler,
     distinct_solutions,
     moves,
@@ -20,6 +18,9 @@ from cairn.train.pass_at_k import (
     sample_held_out,
     sampling_stats,
 )
+from cairn.data.episode import Episode, Step
+from cairn.train.checkpoint import latest_checkpoint
+from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
 PRESET = Path(cairn.__file__).parent / "presets" / "sokoban_sge.yaml"

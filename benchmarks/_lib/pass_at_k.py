@@ -35,8 +35,8 @@ import torch
 from cairn.data.episode import Episode
 from cairn.rollout import RolloutContext, make_strategy
 from cairn.train.checkpoint import load_state
-from cairn.train.config import Config
 from cairn.train.evaluate import greedy_eval, open_checkpoint
+from cairn.train.schema import Config
 from cairn.train.setup import sampling_settings
 
 __all__ = [
@@ -106,7 +106,7 @@ def _sampler(name: str, cfg: Config, checkpoint: Path) -> Any:
     """``plain``: the run's rollout strategy, ``group`` for a run that samples with SGE;
     ``strategy``: SGE with the run's options and saved reflections (defaults for another
     run)."""
-    strategy, options = cfg.rollout_strategy()
+    strategy, options = cfg.rollout.strategy, dict(cfg.rollout.options)
     sge = strategy == "sge"
     if name == "plain":
         return make_strategy("group") if sge else make_strategy(strategy, **options)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.train.records import (
+from _lib.records import (
     commit_of,
     mean_ci,
     read_sections,

@@ -13,6 +13,8 @@ Inside a section, headings start at ``###``.
 Every section names the commit it ran on (a ``Commit:`` line, ``provenance``; written by
 ``write_section`` unless the body has one): a record is only as good as the code it ran
 on, and ``benchmarks/stale_records.py`` lists the sections whose source has changed since.
+``mean_ci`` writes a mean over seeds with its 95 % interval (``cairn.train.compare.ci95_half``,
+the interval ``cairn compare`` reports).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cairn.train.compare import ci95_half
+
 __all__ = [
-    "ci95_half",
     "commit_of",
     "mean_ci",
     "provenance",
@@ -34,21 +37,6 @@ __all__ = [
     "write_record",
     "write_section",
 ]
-
-#: Two-sided 95 % Student-t quantiles by degrees of freedom (seeds - 1); beyond 10 the
-#: normal 1.96 (at most 12 % narrow at 11 dof, less with more seeds).
-T95 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-}
 
 _SECTION = re.compile(r"(?m)^(?=## )")
 #: The provenance line of a section: ``Commit: `<40 hex>```, optionally followed by a note
@@ -120,15 +108,6 @@ def write_section(path: Path, label: str, title: str, body: str, header: str) ->
     text = head.rstrip() + "\n\n" + "\n".join(s.rstrip() + "\n" for s in sections.values())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-
-
-def ci95_half(values: Sequence[float] | np.ndarray) -> float | None:
-    """Half-width of the 95 % Student-t interval of the mean over seeds (None for fewer
-    than two values)."""
-    a = np.asarray(values, dtype=float)
-    if len(a) < 2:
-        return None
-    return float(T95.get(len(a) - 1, 1.96) * a.std(ddof=1) / np.sqrt(len(a)))
 
 
 def mean_ci(values: Sequence[float]) -> str:

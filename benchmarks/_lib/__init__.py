@@ -1,0 +1,11 @@
+"""Helpers the benchmark scripts share, not part of the cairn package: the markdown records
+of measurements (``records``) and pass@k of a trained run's samples (``pass_at_k``).
+
+A script imports them after putting benchmarks/ on its path (it runs as
+``python benchmarks/<study>/<script>.py``, with only its own folder on the path):
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from _lib.records import write_section
+"""
+
+__all__: list[str] = []

@@ -3,7 +3,7 @@
     python benchmarks/speed/rollout_throughput.py [--envs 4] [--seconds 5] [--backend process]
     python benchmarks/speed/rollout_throughput.py --only sokoban --workers 0 2
 
-E envs step in lock-step like a rollout turn (``cairn.rollout.envpool.step_all``): one
+E envs step in lock-step like a rollout turn (``cairn.rollout.envpool.calls.step_all``): one
 action per env, all sent, then all answers collected; an env whose episode ends is reset
 (counted in the time). No model runs: this isolates what parallel env workers buy. Actions
 are random admissible ones where the env lists them, else drawn from a fixed list. Writes
@@ -24,7 +24,8 @@ from pathlib import Path
 
 from cairn.envs import make
 from cairn.rollout import EnvPool
-from cairn.rollout.envpool import make_env_pool, reset_all, step_all
+from cairn.rollout.envpool.calls import reset_all, step_all
+from cairn.rollout.envpool.workers import make_env_pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
 from _lib.records import write_record

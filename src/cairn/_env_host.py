@@ -1,4 +1,5 @@
-"""The worker side of ``cairn.rollout.envpool``: envs by slot, served in another process.
+"""The worker side of ``cairn.rollout.envpool.workers``: envs by slot, served in another
+process.
 
 Kept outside ``cairn.rollout`` (whose package imports torch and transformers) so that a
 worker process starts by importing only the env it runs.
@@ -100,15 +101,15 @@ def watch_parent(parent: Parent | None) -> None:
 
 class EnvFault(Exception):
     """An env call that did not answer: the env raised (``__cause__``), hung or was lost.
-    Here, light to import, so the CLI can name one that reaches it (``cairn.rollout.envpool``
-    re-exports it with its kinds)."""
+    Here, light to import, so the CLI can name one that reaches it (its kinds:
+    ``cairn.rollout.envpool.faults``)."""
 
     kind = "error"
 
 
 class EnvFaultRateError(RuntimeError):
-    """Too many episodes lost to env faults (``cairn.rollout.envpool.FaultStats``): the env,
-    not bad luck, is the problem. Here, light to import, so the CLI can name it."""
+    """Too many episodes lost to env faults (``cairn.rollout.envpool.faults.FaultStats``):
+    the env, not bad luck, is the problem. Here, light to import, so the CLI can name it."""
 
 
 @dataclass

@@ -21,10 +21,13 @@ pytest.importorskip("scienceworld", reason="scienceworld env needs the 'sciencew
 
 from py4j.protocol import Py4JError, Py4JNetworkError
 
+from cairn._env_host import EnvFault
 from cairn.envs import _jvm, scienceworld
 from cairn.envs._jvm import JvmDied, live_shared_jvms
 from cairn.envs.scienceworld import ScienceWorld
-from cairn.rollout.envpool import EnvFault, EnvPool, WorkerPool, reset_all, step_all
+from cairn.rollout.envpool.calls import reset_all, step_all
+from cairn.rollout.envpool.local import EnvPool
+from cairn.rollout.envpool.workers import WorkerPool
 
 CRASH = "crash the jvm"  # a move during which the fake JVM is SIGKILLed
 HANG_UP = "hang up"  # a move whose connection breaks while the fake JVM runs on

@@ -175,7 +175,7 @@ def test_demonstrations_replay_the_task_of_the_rollouts_envs_not_the_configs():
     from cairn.exploration.config import DemosSection
     from cairn.exploration.hooks import DemosHook
     from cairn.rollout import EnvFactory, RolloutContext
-    from cairn.rollout.envpool import EnvPool
+    from cairn.rollout.envpool.local import EnvPool
 
     base = {"kb_seed": 0, "kb_size": 6, "max_steps": 4}
     config, level = {**base, "hops": [1, 2]}, {**base, "hops": [1]}

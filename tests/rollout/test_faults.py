@@ -15,10 +15,12 @@ import pytest
 import torch
 from rollout_helpers import DEMO, FaultyEnv, SlowStepEnv
 
+from cairn._env_host import EnvFault, EnvFaultRateError
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
 from cairn.envs import make, register
 from cairn.rollout import (
+    EnvFactory,
     EnvPool,
     GroupStrategy,
     RolloutContext,
@@ -27,18 +29,10 @@ from cairn.rollout import (
     make_strategy,
     tasks_for_groups,
 )
-from cairn.rollout.envpool import (
-    EnvFactory,
-    EnvFault,
-    EnvFaultRateError,
-    EnvTimeout,
-    FaultStats,
-    GuardedEnv,
-    TimedEnv,
-    ray_available,
-    reset_all,
-    step_all,
-)
+from cairn.rollout.envpool.calls import GuardedEnv, reset_all, step_all
+from cairn.rollout.envpool.faults import EnvTimeout, FaultStats
+from cairn.rollout.envpool.local import TimedEnv
+from cairn.rollout.envpool.workers import ray_available
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
@@ -419,7 +413,7 @@ def test_faults_that_leave_no_group_stop_in_one_line_instead_of_an_empty_update(
     an empty token batch (ValueError from max()) before the fault-rate check could speak."""
     from cairn._env_host import EnvFaultRateError
     from cairn.data.episode import Episode
-    from cairn.rollout.envpool import FaultStats
+    from cairn.rollout.envpool.faults import FaultStats
     from cairn.rollout.loop import drop_faulted
 
     def group(g: int, faulted: int) -> list[Episode]:

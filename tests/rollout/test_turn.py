@@ -15,7 +15,8 @@ from cairn.envs import make
 from cairn.exploration.demos import demo_episode
 from cairn.integrations.verl.data import dataset_rows
 from cairn.rollout import RolloutSettings, play
-from cairn.rollout.envpool import WorkerPool, reset_all
+from cairn.rollout.envpool.calls import reset_all
+from cairn.rollout.envpool.workers import WorkerPool
 from cairn.rollout.turn import instruction_for
 
 SETTINGS = RolloutSettings(max_new_tokens=4, restrict_to_admissible=True, max_turns=3)

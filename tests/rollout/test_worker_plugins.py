@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from cairn.envs import ENVS, register
-from cairn.rollout import WorkerPool
-from cairn.rollout.envpool import EnvFactory, ray_available
+from cairn.rollout import EnvFactory, WorkerPool
+from cairn.rollout.envpool.workers import ray_available
 
 
 @pytest.fixture

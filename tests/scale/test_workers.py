@@ -12,14 +12,8 @@ import torch
 from cairn.agent import PromptBuilder
 from cairn.envs import make
 from cairn.rollout import EnvPool, RolloutSettings, rollout, tasks_for_groups
-from cairn.rollout.envpool import (
-    RemoteEnv,
-    WorkerPool,
-    make_env_pool,
-    ray_available,
-    reset_all,
-    step_all,
-)
+from cairn.rollout.envpool.calls import reset_all, step_all
+from cairn.rollout.envpool.workers import RemoteEnv, WorkerPool, make_env_pool, ray_available
 
 FACTORY = partial(make, "sokoban", render="compact", max_solution=5)
 SETTINGS = RolloutSettings(max_new_tokens=4, restrict_to_admissible=True, max_turns=6)

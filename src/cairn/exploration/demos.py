@@ -33,12 +33,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cairn._env_host import EnvFault
 from cairn.agent import PromptBuilder, format_completion
 from cairn.data.episode import Episode, Source, Step
 from cairn.envs import TextEnv
 from cairn.exploration.registries import SOURCES
 from cairn.rollout import turn
-from cairn.rollout.envpool import EnvFault
 
 if TYPE_CHECKING:
     from cairn.policies.hf import HFPolicy

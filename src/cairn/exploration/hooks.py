@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
+from cairn._env_host import EnvFault
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
 from cairn.envs import TextEnv
 from cairn.rollout import RolloutContext
-from cairn.rollout.envpool import EnvFault, EnvPool, GuardedEnv, reset_all
+from cairn.rollout.envpool.calls import GuardedEnv, reset_all
+from cairn.rollout.envpool.local import EnvPool
 
 if TYPE_CHECKING:
     from cairn.exploration.config import DemosSection, MemorySection, VariantsSection

@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from cairn._env_host import EnvFault
 from cairn.agent import TAGS, tagged
 from cairn.data.episode import Episode, Step
 from cairn.data.tokens import collate_scoring
 from cairn.envs import TextEnv
-from cairn.rollout.envpool import EnvFault, reset_all
+from cairn.rollout.envpool.calls import reset_all
 from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play, tasks_for_groups
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from cairn.data.episode import Episode
 from cairn.envs import TextEnv, make
 from cairn.envs.base import StepResult
 from cairn.exploration.registries import GENERATORS
-from cairn.rollout.envpool import GuardedEnv
+from cairn.rollout.envpool.calls import GuardedEnv
 
 if TYPE_CHECKING:
     from cairn.policies.hf import HFPolicy

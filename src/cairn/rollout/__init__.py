@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from cairn._env_host import EnvFactory
 from cairn._registry import ImportRegistry
 from cairn.rollout.context import RolloutContext, Strategy
-from cairn.rollout.envpool import EnvFactory, EnvPool, WorkerPool, make_env_pool
+from cairn.rollout.envpool.local import EnvPool
+from cairn.rollout.envpool.workers import WorkerPool, make_env_pool
 from cairn.rollout.group import GroupStrategy
 from cairn.rollout.loop import (
     Policy,

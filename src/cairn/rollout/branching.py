@@ -37,18 +37,14 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cairn._env_host import EnvFault
 from cairn.data.episode import Episode
 from cairn.data.events import EpisodeMeta
 from cairn.envs import TextEnv
 from cairn.policies.hf import Generation
-from cairn.rollout.envpool import (
-    EnvFault,
-    EnvPool,
-    WorkerPool,
-    reset_all,
-    restore_guarded,
-    snapshot_guarded,
-)
+from cairn.rollout.envpool.calls import reset_all, restore_guarded, snapshot_guarded
+from cairn.rollout.envpool.local import EnvPool
+from cairn.rollout.envpool.workers import WorkerPool
 from cairn.rollout.loop import TASK_INFO_KEYS, Policy, drop_faulted, end_by_fault, play
 from cairn.rollout.turn import State
 

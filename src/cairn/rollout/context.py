@@ -14,7 +14,8 @@ import torch
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
 from cairn.policies.hf import HFPolicy
-from cairn.rollout.envpool import EnvPool, WorkerPool
+from cairn.rollout.envpool.local import EnvPool
+from cairn.rollout.envpool.workers import WorkerPool
 from cairn.rollout.settings import RolloutSettings
 
 __all__ = ["RolloutContext", "Strategy"]

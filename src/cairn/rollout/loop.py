@@ -2,7 +2,7 @@
 
 Each turn builds every active episode's prompt, samples all actions in one batched
 ``generate`` call, then steps every env (``step_all``: envs on worker processes,
-``rollout.workers``, step concurrently; see ``cairn.rollout.envpool``).
+``rollout.workers``, step concurrently; see ``cairn.rollout.envpool.calls``).
 
 A strategy that needs more than "generate, parse, step" in a turn passes a ``TurnHook``:
 ``after_generate`` sees the turn's prompts, generations and actions before the envs step
@@ -12,7 +12,7 @@ pays nothing for it.
 
 Env faults cost one episode, not the run. An env that raises in ``reset`` or ``step``, runs
 past ``rollout.env_timeout_s`` or whose worker dies answers with an ``EnvFault``
-(``cairn.rollout.envpool``, where its pool counts it and rebuilds the env): the loop ends
+(``cairn.rollout.envpool.calls``; its pool counts it and rebuilds the env): the loop ends
 that episode there (``events.fault``: "error" or "timeout", ``truncated``) and
 ``drop_faulted`` removes it from the rollout's output. A group that lost an episode keeps
 the others if at least 2 remain, else it is dropped whole: the group-relative estimators
@@ -41,14 +41,15 @@ from typing import Any, Protocol
 import torch
 
 from cairn import _progress
-from cairn._env_host import EnvFaultRateError
+from cairn._env_host import EnvFault, EnvFaultRateError
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode, Step
 from cairn.data.events import TURN_EVENTS, EndReason
 from cairn.envs import StepResult, TextEnv
 from cairn.policies.hf import Generation
 from cairn.rollout import turn
-from cairn.rollout.envpool import EnvFault, FaultStats, owner_of, reset_all, step_all
+from cairn.rollout.envpool.calls import reset_all, step_all
+from cairn.rollout.envpool.faults import FaultStats, owner_of
 from cairn.rollout.settings import RolloutSettings
 from cairn.rollout.turn import TASK_INFO_KEYS
 

@@ -31,7 +31,7 @@ from cairn.agent import PromptBuilder
 from cairn.envs import TextEnv
 from cairn.policies import HFPolicy, build_policy
 from cairn.rollout import RolloutSettings, make_env_pool, rollout, tasks_for_groups
-from cairn.rollout.envpool import GuardedEnv
+from cairn.rollout.envpool.calls import GuardedEnv
 from cairn.train.checkpoint import latest_checkpoint
 from cairn.train.config import load_config
 from cairn.train.schema import Config

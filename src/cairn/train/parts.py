@@ -154,7 +154,7 @@ def build_parts(cfg: Config, run_dir: Path, dist: Dist, ckpt: Path | None) -> Tr
     """A trainer's parts for ``cfg`` (module docstring: what, in which order); the weights
     and the learners' from ``ckpt`` when given (the rest of its state: ``load_state_dict``)."""
     env_factory = config_env_factory(cfg)  # workers: registration and plugins too
-    r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool
+    r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool.faults
     workers = (r.workers, r.worker_backend, r.env_timeout_s, r.max_env_error_rate)
     # A curriculum trains at its level's env options; evaluation keeps env.options (with
     # eval.env_options over them: a test split).

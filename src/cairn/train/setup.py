@@ -21,7 +21,7 @@ from cairn.envs import make
 from cairn.policies import build_policy, context_budget
 from cairn.policies.engines import make_engine
 from cairn.rollout import STRATEGIES, EnvFactory, RolloutSettings
-from cairn.rollout.envpool import GuardedEnv
+from cairn.rollout.envpool.calls import GuardedEnv
 from cairn.train.preflight import TinyKeyWarning, tiny_key_problems, warn_tiny_keys
 
 if TYPE_CHECKING:

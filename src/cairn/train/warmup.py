@@ -39,7 +39,7 @@ from cairn.data.episode import Episode, Step
 from cairn.data.tokens import collate_scoring
 from cairn.envs import TextEnv
 from cairn.exploration.demos import demo_episode
-from cairn.rollout.envpool import GuardedEnv
+from cairn.rollout.envpool.calls import GuardedEnv
 
 if TYPE_CHECKING:
     from cairn.agent import PromptBuilder

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ import torch
 
 from cairn.data.episode import Episode
 from cairn.rollout import RolloutContext, make_strategy
-from cairn.train.checkpoint import load_state
+from cairn.train.checkpoint.read import Checkpoint
 from cairn.train.evaluate import greedy_eval, open_checkpoint
 from cairn.train.schema import Config
 from cairn.train.setup import sampling_settings
@@ -83,7 +82,7 @@ def sampling_stats(groups: Sequence[Sequence[Episode]], ks: Sequence[int]) -> di
 
 
 def sample_held_out(
-    cfg: Config, checkpoint: Path, tasks: int, n: int, samplers: Sequence[str]
+    cfg: Config, checkpoint: Checkpoint, tasks: int, n: int, samplers: Sequence[str]
 ) -> tuple[dict[str, list[list[Episode]]], float]:
     """(per sampler: ``n`` episodes on each of ``tasks`` held-out tasks, grouped by task;
     greedy success of the trainer's own evaluation, ``eval.episodes`` held-out tasks)."""
@@ -92,7 +91,7 @@ def sample_held_out(
         raise ValueError(f"unknown sampler(s) {unknown}; allowed: {', '.join(SAMPLERS)}")
     seeds = cfg.eval.seed_offset + np.arange(tasks)
     groups: dict[str, list[list[Episode]]] = {}
-    with open_checkpoint(cfg, checkpoint) as (policy, envs, prompt):
+    with open_checkpoint(cfg, checkpoint.path) as (policy, envs, prompt):
         settings = sampling_settings(cfg, policy)
         for name in samplers:
             generator = torch.Generator().manual_seed(cfg.seed)  # same stream for each sampler
@@ -102,7 +101,7 @@ def sample_held_out(
     return groups, greedy
 
 
-def _sampler(name: str, cfg: Config, checkpoint: Path) -> Any:
+def _sampler(name: str, cfg: Config, checkpoint: Checkpoint) -> Any:
     """``plain``: the run's rollout strategy, ``group`` for a run that samples with SGE;
     ``strategy``: SGE with the run's options and saved reflections (defaults for another
     run)."""
@@ -111,7 +110,7 @@ def _sampler(name: str, cfg: Config, checkpoint: Path) -> Any:
     if name == "plain":
         return make_strategy("group") if sge else make_strategy(strategy, **options)
     sampler: Any = make_strategy("sge", **(options if sge else {}))  # SGE's: a state
-    saved = load_state(checkpoint).get("exploration", {}).get("sampler")
+    saved = checkpoint.load_state().get("exploration", {}).get("sampler")
     if sge and saved is not None:
         sampler.load_state_dict(saved)
     return sampler

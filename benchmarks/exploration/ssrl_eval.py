@@ -61,7 +61,7 @@ def evaluate_modes(run_dir: Path, questions: int) -> dict[str, float]:
     The run is only read (its newest checkpoint's weights), never resumed."""
     cfg = load_config(run_dir / "config.yaml", ["train.threads=1", "log.progress=false"])
     seeds = cfg.eval.seed_offset + np.arange(questions)
-    with open_checkpoint(cfg, newest_checkpoint(run_dir)) as (policy, envs, prompt):
+    with open_checkpoint(cfg, newest_checkpoint(run_dir).path) as (policy, envs, prompt):
         greedy = eval_settings(cfg, policy)
         generator = torch.Generator().manual_seed(cfg.seed)
         ctx = RolloutContext(policy, envs, prompt, greedy, generator, 0)

@@ -1167,7 +1167,8 @@ def _hostile_symlink(work: Path) -> list[Any]:
 
 def _hostile_checkpoint_writer(work: Path) -> list[Any]:
     code = (
-        "import sys; from safetensors import SafetensorError; import cairn.train.checkpoint as c\n"
+        "import sys; from safetensors import SafetensorError\n"
+        "import cairn.train.checkpoint.write as c\n"
         "def full(*a, **k):\n"
         "    raise SafetensorError('Error while serializing: No space left on device')\n"
         "c.save_file = full\n"

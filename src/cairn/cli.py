@@ -38,6 +38,7 @@ from cairn.integrations.verl import data as verl_data
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from cairn.train.checkpoint.read import Checkpoint
     from cairn.train.schema import Config
     from cairn.train.trainer import Trainer
 
@@ -388,7 +389,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_ttrl(args: argparse.Namespace) -> int:
     """LADDER's test-time RL: variants of one problem, RL on them, greedy answer, restore."""
     from cairn.exploration.variants import test_time_rl
-    from cairn.train.checkpoint import latest_checkpoint
+    from cairn.train.checkpoint.read import latest_checkpoint
     from cairn.train.config import load_config
     from cairn.train.setup import new_run_dir
     from cairn.train.trainer import Trainer
@@ -405,7 +406,7 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
         ckpt = latest_checkpoint(Path(args.source))
         if ckpt is None:
             raise ConfigError(f"--from {args.source}: no checkpoint there")
-        overrides.append(f"model.path={json.dumps(str(ckpt))}")
+        overrides.append(f"model.path={json.dumps(str(ckpt.path))}")
     cfg = load_config(args.config, [*overrides, *args.overrides])
     _check_device(cfg.model.device)
     run_dir = new_run_dir(cfg)
@@ -552,7 +553,7 @@ def _consent(run_dir: Path, command: str, trust: bool, overrides: list[str] | No
     record_run(run_dir, given)
 
 
-def _resumable(run_dir: Path) -> Path:
+def _resumable(run_dir: Path) -> Checkpoint:
     """The checkpoint to resume ``run_dir`` from (``_check_run_folder`` passed); refuses a
     run with no checkpoint (nothing is written to refuse it)."""
     try:
@@ -567,11 +568,12 @@ def _resumable(run_dir: Path) -> Path:
     return ckpt
 
 
-def _quiet_latest(run_dir: Path) -> Path | None:
+def _quiet_latest(run_dir: Path) -> Checkpoint | None:
     """``latest_checkpoint(run_dir)`` without its CheckpointWarning: the CLI looks the
     checkpoint up to check the run before the trainer does; the trainer's look-up, which
     loads it, is the one that says what was skipped."""
-    from cairn.train.checkpoint import CheckpointWarning, latest_checkpoint
+    from cairn.train.checkpoint.layout import CheckpointWarning
+    from cairn.train.checkpoint.read import latest_checkpoint
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckpointWarning)
@@ -592,16 +594,15 @@ def _locked(run_dir: Path) -> Iterator[None]:
         lock.release()
 
 
-def _resume_config(run_dir: Path, ckpt: Path, overrides: list[str]) -> Config:
-    """The config to resume with, checked against the checkpoint (cairn.train.runconfig);
-    read under the lock, so the checkpoint is the one the trainer will load."""
-    from cairn.train.runconfig import resume_config
-
+def _resume_config(run_dir: Path, ckpt: Checkpoint, overrides: list[str]) -> Config:
+    """The config to resume with, checked against the checkpoint
+    (``Checkpoint.resume_config``); read under the lock, so the checkpoint is the one the
+    trainer will load."""
     try:
         ckpt = _quiet_latest(run_dir) or ckpt
     except (OSError, ValueError) as err:
         raise ConfigError(f"--resume {run_dir}: {err}") from None
-    return resume_config(run_dir, ckpt, overrides)
+    return ckpt.resume_config(overrides)
 
 
 def _check_device(device: str) -> None:
@@ -683,7 +684,7 @@ def _resume_hint(run_dir: Path) -> str:
 
 def _intact_checkpoint(run_dir: Path) -> str | None:
     """The name of the checkpoint a resume of ``run_dir`` would use, or None."""
-    from cairn.train.checkpoint import latest_checkpoint
+    from cairn.train.checkpoint.read import latest_checkpoint
 
     try:
         ckpt = latest_checkpoint(run_dir)

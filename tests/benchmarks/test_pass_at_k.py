@@ -19,7 +19,7 @@ from _lib.pass_at_k import (
     sampling_stats,
 )
 from cairn.data.episode import Episode, Step
-from cairn.train.checkpoint import latest_checkpoint
+from cairn.train.checkpoint.read import latest_checkpoint
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 

@@ -7,6 +7,7 @@ import copy
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -25,14 +26,17 @@ LORA = "model.lora={r: 4, alpha: 8}"
 def parts(tmp_path_factory):
     """(env, tokenizer, base model, folder of a LoRA checkpoint of that base)."""
     from cairn.policies.lora import LoraSpec, apply_lora
-    from cairn.train.checkpoint import save_checkpoint
+    from cairn.train.checkpoint.state import TrainState
+    from cairn.train.checkpoint.write import write_checkpoint
 
     env = make("sokoban", render="compact", max_solution=5)
     tok = local_tokenizer(env, env.instruction)
     base = build_tiny_model(tiny_config(len(tok), pad_token_id=0, eos_token_id=2), seed=0)
     adapted = apply_lora(copy.deepcopy(base), LoraSpec(r=4, alpha=8))
     run = tmp_path_factory.mktemp("lora") / "run"
-    ckpt = save_checkpoint(run, 1, adapted, tok, {"iteration": 1}, keep=1)
+    loop = TrainState(np.random.default_rng(0), np.random.default_rng(1), torch.Generator())
+    loop.iteration = 1
+    ckpt = write_checkpoint(run, 1, adapted, tok, loop.state_dict(wall_seconds=0.0), keep=1)
     assert (ckpt / "adapter_config.json").exists()
     return env, tok, base, ckpt
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cairn.train.checkpoint import latest_checkpoint
+from cairn.train.checkpoint.read import latest_checkpoint
 from cairn.train.config import load_config
 from cairn.train.runlog import read_metrics
 from cairn.train.trainer import Trainer
@@ -55,7 +55,7 @@ def test_lora_with_kl_trains_adapters_and_checkpoints_only_them(tmp_path):
     after = dict(trainer.policy.model.named_parameters())
     moved = {n for n in base if not torch.equal(base[n], after[n].detach())}
     assert moved and all("lora_" in n for n in moved)
-    ckpt = latest_checkpoint(tmp_path / "run")
+    ckpt = latest_checkpoint(tmp_path / "run").path
     assert (ckpt / "adapter_config.json").exists()  # adapters only, not the base weights
     assert not (ckpt / "model.safetensors").exists()
     assert read_metrics(tmp_path / "run")[-1]["actor/kl"] > 0  # adapters-off reference

@@ -1,11 +1,14 @@
-"""Stand-ins with just what ``save_checkpoint`` calls: a model's and a tokenizer's
-``save_pretrained``."""
+"""Stand-ins with just what ``write_checkpoint`` calls (a model's and a tokenizer's
+``save_pretrained``), and the smallest trainer state a checkpoint accepts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
+
+from cairn.train.checkpoint.state import TrainState
 
 
 class TinyModule(torch.nn.Module):
@@ -25,3 +28,13 @@ class TinyModule(torch.nn.Module):
 class StubTokenizer:
     def save_pretrained(self, folder: Path) -> None:
         (folder / "tokenizer.json").write_text("{}")
+
+
+def train_state(iteration: int) -> dict:
+    """The loop's counters and random streams (the keys every trainer state holds), at
+    ``iteration``."""
+    loop = TrainState(
+        np.random.default_rng([0, 1]), np.random.default_rng([0, 2]), torch.Generator()
+    )
+    loop.iteration = iteration
+    return loop.state_dict(wall_seconds=0.0)

@@ -11,17 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from checkpoint_stubs import StubTokenizer, TinyModule
+from checkpoint_stubs import StubTokenizer, TinyModule, train_state
 
-from cairn.train.checkpoint import (
-    CheckpointError,
-    CheckpointWarning,
-    flatten,
-    latest_checkpoint,
-    load_state,
-    save_checkpoint,
-    unflatten,
-)
+from cairn.train.checkpoint.codec import flatten, unflatten
+from cairn.train.checkpoint.layout import CheckpointError, CheckpointWarning
+from cairn.train.checkpoint.read import Checkpoint, latest_checkpoint
+from cairn.train.checkpoint.write import write_checkpoint
 
 
 def _trainer_like_state() -> dict:
@@ -36,10 +31,14 @@ def _trainer_like_state() -> dict:
     gen = torch.Generator().manual_seed(7)
     return {
         "iteration": 3,
+        "episodes": 48,
         "train_seconds": 1.25,
+        "wall_seconds": 2.5,
         "evals": [{"iteration": 0, "eval/success": 0.5, "eval/return": float("nan")}],
+        "warmup": {},
         "optimizer": opt.state_dict(),  # int keys, a tuple of betas, 0-d step tensors
         "task_rng": rng.bit_generator.state,  # 128-bit ints
+        "shuffle_rng": np.random.default_rng([5, 2]).bit_generator.state,
         "sample_gen": gen.get_state(),  # uint8 tensor
         "torch_rng": torch.get_rng_state(),
         "ref_model": model.state_dict(),
@@ -81,18 +80,18 @@ def test_flatten_refuses_arbitrary_objects():
 
 
 def _save(run: Path, iteration: int, state: dict | None = None) -> Path:
-    state = state if state is not None else {"iteration": iteration}
-    return save_checkpoint(run, iteration, TinyModule(), StubTokenizer(), state, keep=3)
+    state = state if state is not None else train_state(iteration)
+    return write_checkpoint(run, iteration, TinyModule(), StubTokenizer(), state, keep=3)
 
 
 def test_saved_state_loads_back_exactly_and_holds_no_pickle(tmp_path):
     state = _trainer_like_state()
     folder = _save(tmp_path, 1, state)
-    assert _same(load_state(folder), state)
+    assert _same(Checkpoint(folder).load_state(), state)
     assert not list(folder.rglob("*.pt")) and not list(folder.rglob("*.pkl"))
     # The restored generators continue the same streams.
     rng = np.random.default_rng()
-    rng.bit_generator.state = load_state(folder)["task_rng"]
+    rng.bit_generator.state = Checkpoint(folder).load_state()["task_rng"]
     again = np.random.default_rng()
     again.bit_generator.state = state["task_rng"]
     assert rng.random() == again.random()
@@ -116,10 +115,10 @@ def test_a_pickled_state_is_refused_and_never_executed(tmp_path):
     (folder / "manifest.json").unlink()
     with (folder / "state.pt").open("wb") as f:
         pickle.dump({"iteration": 1, "x": _Payload(marker)}, f)
-    with pytest.raises(CheckpointError, match=r"state\.pt, a pickle"):
+    with pytest.raises(CheckpointError, match=r"pickle files \['state\.pt'\]"):
         latest_checkpoint(run)
-    with pytest.raises(CheckpointError, match="no longer loads"):
-        load_state(folder)
+    with pytest.raises(CheckpointError, match=r"pickle files \['state\.pt'\]"):
+        Checkpoint(folder).load_state()
     assert not marker.exists()
 
 
@@ -208,4 +207,4 @@ def test_cli_resume_of_a_pickled_checkpoint_is_one_line(tmp_path, capsys):
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     assert main(["train", "--resume", str(run)]) != 0
     out = capsys.readouterr().out
-    assert "state.pt, a pickle" in out and "Traceback" not in out
+    assert "pickle files ['state.pt']" in out and "Traceback" not in out

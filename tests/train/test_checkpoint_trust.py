@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from checkpoint_stubs import StubTokenizer, TinyModule
+from checkpoint_stubs import StubTokenizer, TinyModule, train_state
 
-from cairn.train.checkpoint import (
-    CheckpointError,
-    CheckpointWarning,
-    check_checkpoint,
-    latest_checkpoint,
-    load_state,
-    save_checkpoint,
-)
+from cairn.train.checkpoint.layout import CheckpointError, CheckpointWarning
+from cairn.train.checkpoint.read import Checkpoint, check_checkpoint, latest_checkpoint
+from cairn.train.checkpoint.resume import check_optimizer
+from cairn.train.checkpoint.write import write_checkpoint
 
 SHA = "0123456789abcdef" * 4
 
@@ -33,7 +29,7 @@ def _state(iteration: int) -> dict:
     model.w.sum().backward()
     opt.step()
     return {
-        "iteration": iteration,
+        **train_state(iteration),
         "episodes": 16 * iteration,
         "train_seconds": 1.5,
         "evals": [{"iteration": 0, "eval/success": 0.25}],
@@ -46,7 +42,7 @@ def _state(iteration: int) -> dict:
 
 
 def _save(run: Path, iteration: int, keep: int = 10) -> Path:
-    return save_checkpoint(
+    return write_checkpoint(
         run, iteration, TinyModule(), StubTokenizer(), _state(iteration), keep=keep
     )
 
@@ -111,13 +107,24 @@ def test_a_state_that_breaks_the_schema_is_refused_naming_the_key(tmp_path, key,
         latest_checkpoint(tmp_path)
     assert "\n" not in str(err.value)
     with pytest.raises(CheckpointError, match=says):
-        load_state(folder)
+        Checkpoint(folder).load_state()
+
+
+@pytest.mark.parametrize("key", ["wall_seconds", "warmup", "shuffle_rng"])
+def test_a_state_lacking_a_key_of_the_loop_is_refused_naming_it(tmp_path, key):
+    folder = _save(tmp_path, 2)
+    _plant(folder, lambda state: state.pop(key))
+    with pytest.raises(CheckpointError, match=rf"iter_000002: state\.json: {key}: missing") as err:
+        latest_checkpoint(tmp_path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(CheckpointError, match=rf"state\.json: {key}: missing$"):
+        Checkpoint(folder).load_state()
 
 
 def test_a_valid_state_with_a_config_hash_loads(tmp_path):
     folder = _save(tmp_path, 2)
     assert check_checkpoint(folder) is None
-    state = load_state(folder)
+    state = Checkpoint(folder).load_state()
     assert state["config_sha256"] == SHA and state["metrics"][0]["iteration"] == 2
 
 
@@ -128,18 +135,16 @@ def test_state_iteration_must_match_the_folder_number(tmp_path):
 
 
 def test_optimizer_tensors_must_have_their_parameters_shapes():
-    from cairn.train.resume import _check_optimizer
-
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters())
     saved = torch.optim.AdamW(torch.nn.Linear(4, 2).parameters()).state_dict()
     saved["state"] = {0: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(2, 4)}}
     # torch's load_state_dict takes it (it checks counts only) and the next step fails.
     with pytest.raises(CheckpointError, match=r"optimizer\.state\.0\.exp_avg: shape \[2, 4\], "):
-        _check_optimizer(opt, saved, "optimizer")
+        check_optimizer(opt, saved, "optimizer")
     saved["param_groups"][0]["params"] = [0]
     with pytest.raises(CheckpointError, match=r"groups of sizes \[1\], this run's .* \[2\]"):
-        _check_optimizer(opt, saved, "optimizer")
+        check_optimizer(opt, saved, "optimizer")
 
 
 # -- 2. every path stays inside the run ----------------------------------------------------------
@@ -151,7 +156,7 @@ def test_latest_pointing_at_another_run_is_ignored(tmp_path):
         (mine / "checkpoints" / "latest").write_text(target)
         # Old code joined the absolute path and returned the other run's iter_000005.
         with pytest.warns(CheckpointWarning, match=r"latest names .* not a checkpoint folder"):
-            assert latest_checkpoint(mine) == mine / "checkpoints" / "iter_000001"
+            assert latest_checkpoint(mine) == Checkpoint(mine / "checkpoints" / "iter_000001")
 
 
 def test_links_out_of_a_checkpoint_are_refused(tmp_path):

@@ -9,15 +9,17 @@ import pytest
 from safetensors import SafetensorError
 
 from cairn import cli
-from cairn.train import checkpoint
-from cairn.train.checkpoint import CheckpointWriteError, latest_checkpoint, save_checkpoint
+from cairn.train.checkpoint import write
+from cairn.train.checkpoint.layout import CheckpointWriteError
+from cairn.train.checkpoint.read import Checkpoint, latest_checkpoint
+from cairn.train.checkpoint.write import write_checkpoint
 
-from .checkpoint_stubs import StubTokenizer, TinyModule
+from .checkpoint_stubs import StubTokenizer, TinyModule, train_state
 
 
 def _save(run: Path, iteration: int) -> Path:
-    return save_checkpoint(
-        run, iteration, TinyModule(), StubTokenizer(), {"iteration": iteration}, keep=3
+    return write_checkpoint(
+        run, iteration, TinyModule(), StubTokenizer(), train_state(iteration), keep=3
     )
 
 
@@ -30,11 +32,11 @@ def _disk_full(*args, **kwargs):
 
 def test_a_safetensors_error_becomes_an_oserror_and_the_tmp_folder_goes(tmp_path, monkeypatch):
     _save(tmp_path, 1)
-    monkeypatch.setattr(checkpoint, "save_file", _disk_full)
+    monkeypatch.setattr(write, "save_file", _disk_full)
     with pytest.raises(CheckpointWriteError, match=r"iter_000002 could not be written \(Safe"):
         _save(tmp_path, 2)  # old code: a raw SafetensorError, .iter_000002.tmp left behind
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter_000001", "latest"]
-    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "iter_000001"
+    assert latest_checkpoint(tmp_path) == Checkpoint(tmp_path / "checkpoints" / "iter_000001")
 
 
 def test_an_oserror_also_removes_the_tmp_folder(tmp_path):
@@ -43,7 +45,7 @@ def test_an_oserror_also_removes_the_tmp_folder(tmp_path):
             raise OSError(28, "No space left on device", str(folder / "tokenizer.json"))
 
     with pytest.raises(OSError, match="No space left"):
-        save_checkpoint(tmp_path, 1, TinyModule(), Full(), {"iteration": 1}, keep=3)
+        write_checkpoint(tmp_path, 1, TinyModule(), Full(), train_state(1), keep=3)
     assert not any(p.name.endswith(".tmp") for p in (tmp_path / "checkpoints").iterdir())
 
 
@@ -52,7 +54,7 @@ def test_the_cli_ends_in_the_one_line_hint(tmp_path, monkeypatch):
 
     class Trainer:
         def run(self):
-            monkeypatch.setattr(checkpoint, "save_file", _disk_full)
+            monkeypatch.setattr(write, "save_file", _disk_full)
             return _save(tmp_path, 2)
 
     with pytest.raises(cli.RunStopped) as err:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from cairn.train.checkpoint import latest_checkpoint
+from cairn.train.checkpoint.read import latest_checkpoint
 from cairn.train.config import load_config
 from cairn.train.divergence import DivergenceWatch, TrainingDiverged
 from cairn.train.trainer import Trainer
@@ -43,12 +43,12 @@ def test_sampling_from_non_finite_probabilities_is_named():
 def test_a_diverging_resume_keeps_the_last_checkpoint_usable(tmp_path):
     run = tmp_path / "run"
     Trainer(load_config(None, [*TINY, "train.iterations=1", f"out_dir={tmp_path}"]), run).run()
-    good = latest_checkpoint(run)
+    good = latest_checkpoint(run).path
     before = (good / "model.safetensors").read_bytes()
     cfg = load_config(None, [*TINY, "optim.lr=1e30", "optim.max_grad_norm=1e30"])
     with pytest.raises(TrainingDiverged, match=r"optim\.lr=1e\+30"):
         Trainer(cfg, run, resume=True).run()
-    assert latest_checkpoint(run) == good  # the damaged weights were not checkpointed
+    assert latest_checkpoint(run).path == good  # the damaged weights were not checkpointed
     assert (good / "model.safetensors").read_bytes() == before
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["iteration"] == 1  # the good iteration's row is kept

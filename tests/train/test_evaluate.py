@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cairn.cli import main
+from cairn.train.checkpoint.read import Checkpoint
 from cairn.train.config import load_config
 from cairn.train.runlog import read_metrics
 from cairn.train.trainer import Trainer
@@ -126,7 +127,7 @@ def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypa
     run = tmp_path / "run"
     (run / "checkpoints" / "iter_000003").mkdir(parents=True)
     (run / "config.yaml").write_text("name: x\nenv: {name: sokoban}\n")
-    picks = iter([run / "checkpoints" / "iter_000002", run / "checkpoints" / "iter_000003"])
+    picks = iter([Checkpoint(run / "checkpoints" / f"iter_00000{n}") for n in (2, 3)])
     monkeypatch.setattr(ev, "newest_checkpoint", lambda _: next(picks))
 
     def load(cfg, ckpt):
@@ -141,7 +142,8 @@ def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypa
     def broken(cfg, ckpt):
         raise ValueError("bad weights")
 
-    monkeypatch.setattr(ev, "newest_checkpoint", lambda _: run / "checkpoints" / "iter_000003")
+    newest = Checkpoint(run / "checkpoints" / "iter_000003")
+    monkeypatch.setattr(ev, "newest_checkpoint", lambda _: newest)
     monkeypatch.setattr(ev, "evaluate_checkpoint", broken)
     with pytest.raises(ValueError, match="bad weights"):
         ev.evaluate_run(run, episodes=2)
@@ -159,7 +161,9 @@ def test_eval_racing_pruning_names_the_prune_not_the_model_path(tmp_path, monkey
     (run / "config.yaml").write_text("name: x\nenv: {name: sokoban}\ncheckpoint: {keep: 1}\n")
     numbers = itertools.count(200)
     monkeypatch.setattr(
-        ev, "newest_checkpoint", lambda _: run / "checkpoints" / f"iter_{next(numbers):06d}"
+        ev,
+        "newest_checkpoint",
+        lambda _: Checkpoint(run / "checkpoints" / f"iter_{next(numbers):06d}"),
     )
 
     def load(cfg, ckpt):  # the folder is gone by the time the weights are read

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cairn.cli import main
 from cairn.policies import build_policy
-from cairn.train.checkpoint import latest_checkpoint
+from cairn.train.checkpoint.read import latest_checkpoint
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
@@ -60,7 +60,7 @@ def _ids(vocab: int) -> torch.Tensor:
 def _run_logits(run: Path) -> torch.Tensor:
     """The run's policy's logits, the policy built as ``cairn eval`` builds it."""
     cfg = load_config(run / "config.yaml")
-    model = build_policy(cfg.model, None, "", cfg.seed, latest_checkpoint(run)).model.eval()
+    model = build_policy(cfg.model, None, "", cfg.seed, latest_checkpoint(run).path).model.eval()
     return model(input_ids=_ids(model.config.vocab_size)).logits
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from tiny_run import TINY_RUN
 
-from cairn.train.checkpoint import load_state
+from cairn.train.checkpoint.read import Checkpoint
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 
@@ -29,7 +29,7 @@ def test_two_identical_runs_write_byte_identical_checkpoints(tmp_path):
         for file in TENSORS:
             a = (_checkpoint(tmp_path / "a", iteration) / file).read_bytes()
             assert a == (_checkpoint(tmp_path / "b", iteration) / file).read_bytes(), file
-    saved = load_state(_checkpoint(tmp_path / "a", 2))["torch_rng"]
+    saved = Checkpoint(_checkpoint(tmp_path / "a", 2)).load_state()["torch_rng"]
     torch.rand(7)
     resumed = Trainer(cfg, tmp_path / "a", resume=True)
     try:  # built from the checkpoint: torch's generator is where the run saved it

@@ -65,8 +65,8 @@ def _rows(run: Path) -> list[int]:
 
 # -- config.yaml: written once, checked on resume ------------------------------------------------
 def test_resume_never_rewrites_config_and_records_set_as_an_amendment(run, capsys):
+    from cairn.train.checkpoint.runconfig import config_sha256
     from cairn.train.config import load_config
-    from cairn.train.runconfig import config_sha256
 
     before = (run / "config.yaml").read_bytes()
     assert yaml.safe_load(before)["train"]["iterations"] == 2
@@ -296,7 +296,7 @@ def test_sighup_is_handled_like_sigterm(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("where", ["metrics", "checkpoint"])
 def test_disk_full_is_one_line_and_the_run_resumes(where, tmp_path, monkeypatch, capsys):
     import cairn.data.rundir as rundir_mod
-    import cairn.train.trainer as trainer_mod
+    import cairn.train.checkpoint.write as write_mod
 
     def full(path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
@@ -313,7 +313,7 @@ def test_disk_full_is_one_line_and_the_run_resumes(where, tmp_path, monkeypatch,
 
         monkeypatch.setattr(rundir_mod, "append_metrics", append)
     else:  # the checkpoint of iteration 2 cannot be written
-        original = trainer_mod.save_checkpoint
+        original = write_mod.write_checkpoint
 
         def save(run_dir, iteration, *args, **kwargs):
             if iteration == 2:
@@ -321,7 +321,7 @@ def test_disk_full_is_one_line_and_the_run_resumes(where, tmp_path, monkeypatch,
                 full(run_dir / "checkpoints/.iter_000002.tmp/model.safetensors")
             return original(run_dir, iteration, *args, **kwargs)
 
-        monkeypatch.setattr(trainer_mod, "save_checkpoint", save)
+        monkeypatch.setattr(write_mod, "write_checkpoint", save)
     code = main(["train", *_sets(f"out_dir={tmp_path}", *TINY)])
     (run,) = tmp_path.iterdir()
     line = _last_line(capsys.readouterr().out)
@@ -356,8 +356,8 @@ def test_time_budget_stops_the_ppo_epochs_of_the_iteration_in_flight(tmp_path, m
 
 def test_out_of_time_counts_the_iteration_in_flight(monkeypatch):
     import cairn.train.trainer as trainer_mod
+    from cairn.train.checkpoint.state import TrainState
     from cairn.train.config import load_config
-    from cairn.train.state import TrainState
 
     t = trainer_mod.Trainer.__new__(trainer_mod.Trainer)
     t.cfg = load_config(None, ["train.time_budget_s=10"])
@@ -399,7 +399,7 @@ def test_a_damaged_amendments_file_is_refused_in_one_line(run, capsys):
 
 
 def test_config_changes_and_their_replay_are_inverse():
-    from cairn.train.runconfig import apply_changes, config_changes, describe_changes
+    from cairn.train.checkpoint.runconfig import apply_changes, config_changes, describe_changes
 
     old = {"env": {"name": "sokoban", "options": {"size": 6}}, "train": {"iterations": 2}}
     new = {"env": {"name": "sokoban", "options": {"render": "grid"}}, "train": {"iterations": 3}}

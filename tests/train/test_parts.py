@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cairn.train.checkpoint import CheckpointError
+from cairn.train.checkpoint.layout import CheckpointError
+from cairn.train.checkpoint.resume import restore_trainer, trainer_state
+from cairn.train.checkpoint.schema import check_trainer_state
+from cairn.train.checkpoint.state import TrainState
 from cairn.train.config import load_config
 from cairn.train.distributed import Dist
 from cairn.train.parts import TrainParts, build_parts
-from cairn.train.resume import restore_trainer, trainer_state
-from cairn.train.state import TrainState
-from cairn.train.state_schema import check_trainer_state
 from cairn.train.warmup import run_warmup_stage
 
 SMALL = ["rollout.groups=2", "rollout.group_size=2", "train.iterations=1"]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from cairn.train.checkpoint import CheckpointError
-from cairn.train.state import TrainState
-from cairn.train.state_schema import check_trainer_state
+from cairn.train.checkpoint.layout import CheckpointError
+from cairn.train.checkpoint.schema import REQUIRED, StateError, check_trainer_state
+from cairn.train.checkpoint.state import TrainState
 
 KEYS = {
     "iteration", "episodes", "train_seconds", "wall_seconds", "evals", "warmup",
@@ -74,13 +74,16 @@ def test_a_loaded_state_continues_every_stream_where_the_saved_one_was():
     assert loaded.warmup_stats == {"warmup/updates": 4.0}
 
 
-def test_a_checkpoint_without_wall_seconds_and_warmup_still_loads():
+def test_the_schema_requires_every_key_of_the_state():
+    assert set(REQUIRED) == KEYS
+
+
+@pytest.mark.parametrize("key", sorted(KEYS))
+def test_a_state_lacking_a_key_fails_the_schema_check_in_one_line_naming_it(key):
     state = TrainState.start(seed=1).state_dict(wall_seconds=7.0)
-    del state["wall_seconds"], state["warmup"]  # written before those keys existed
-    loaded = TrainState.start(seed=1)
-    loaded.wall_seconds, loaded.warmup_stats = 99.0, {"warmup/updates": 1.0}
-    loaded.load_state_dict(state)
-    assert loaded.wall_seconds == 0.0 and loaded.warmup_stats == {}
+    del state[key]
+    with pytest.raises(StateError, match=rf"^{key}: missing$"):
+        check_trainer_state(state)
 
 
 def test_a_stream_that_does_not_fit_is_one_line_naming_its_key():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cairn.train.checkpoint import latest_checkpoint
+from cairn.train.checkpoint.read import latest_checkpoint
 from cairn.train.config import load_config
 from cairn.train.runlog import read_metrics
 from cairn.train.trainer import Trainer
@@ -112,7 +112,7 @@ def test_ppo_with_critic_trains_and_resumes_exactly(tmp_path, run_stopped):
     a, b = read_metrics(full), read_metrics(part)
     assert "critic/loss" in a[-1]
     assert all(_same(x, y) for x, y in zip(a, b, strict=True))
-    assert (latest_checkpoint(part) / "critic" / "critic.safetensors").exists()
+    assert (latest_checkpoint(part).path / "critic" / "critic.safetensors").exists()
 
 
 class _CritStrategy:

@@ -102,7 +102,7 @@ class _Seed:
 
 
 def _run_one(path: str | None, overrides: list[str], run_dir: str) -> dict[str, Any]:
-    from cairn.train.checkpoint import latest_checkpoint
+    from cairn.train.checkpoint.read import latest_checkpoint
     from cairn.train.trainer import Trainer
 
     run = Path(run_dir)

@@ -32,7 +32,7 @@ from cairn.envs import TextEnv
 from cairn.policies import HFPolicy, build_policy
 from cairn.rollout import RolloutSettings, make_env_pool, rollout, tasks_for_groups
 from cairn.rollout.envpool.calls import GuardedEnv
-from cairn.train.checkpoint import latest_checkpoint
+from cairn.train.checkpoint.read import Checkpoint, latest_checkpoint
 from cairn.train.config import load_config
 from cairn.train.schema import Config
 from cairn.train.setup import config_env_factory, prompt_builder, sampling_settings
@@ -105,7 +105,7 @@ def evaluate_run(
     for attempt in range(_ATTEMPTS):
         ckpt = newest_checkpoint(run_dir)
         try:
-            stats = evaluate_checkpoint(cfg, ckpt)
+            stats = evaluate_checkpoint(cfg, ckpt.path)
             break
         except (OSError, ValueError):  # pruned by a live trainer while read (the weights'
             # and the tokenizer's loaders report a vanished file as a ValueError); a prune
@@ -135,9 +135,9 @@ class CheckpointPruned(ConfigError):
     model path: the loaders' messages for a vanished folder blame the path)."""
 
 
-def _pruned(run_dir: Path, ckpt: Path) -> bool:
+def _pruned(run_dir: Path, ckpt: Checkpoint) -> bool:
     """Is ``ckpt`` gone, or no longer the run's newest checkpoint?"""
-    if not ckpt.exists():
+    if not ckpt.path.exists():
         return True
     try:
         return newest_checkpoint(run_dir) != ckpt
@@ -145,7 +145,8 @@ def _pruned(run_dir: Path, ckpt: Path) -> bool:
         return True
 
 
-def newest_checkpoint(run_dir: Path) -> Path:
+def newest_checkpoint(run_dir: Path) -> Checkpoint:
+    """``run_dir``'s newest valid checkpoint; a ConfigError (one line) when it has none."""
     try:
         ckpt = latest_checkpoint(run_dir)
     except (FileNotFoundError, ValueError) as err:

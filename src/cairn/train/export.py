@@ -93,7 +93,7 @@ def _checkpoint(run_dir: Path) -> Path:
     """The newest complete checkpoint of ``run_dir`` (ExportError when there is none)."""
     if not run_dir.is_dir() or not (run_dir / "config.yaml").is_file():
         raise ExportError(f"{run_dir} is not a run folder (no config.yaml there)")
-    from cairn.train.checkpoint import latest_checkpoint
+    from cairn.train.checkpoint.read import latest_checkpoint
 
     try:
         ckpt = latest_checkpoint(run_dir)
@@ -101,7 +101,7 @@ def _checkpoint(run_dir: Path) -> Path:
         raise ExportError(f"{run_dir}: {' '.join(str(err).split())}") from None
     if ckpt is None:
         raise ExportError(f"run {run_dir} has no checkpoint yet (nothing to export)")
-    return ckpt
+    return ckpt.path
 
 
 def _check_out(out: Path, run_dir: Path, force: bool) -> None:

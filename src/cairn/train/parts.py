@@ -9,10 +9,11 @@ methods wrapped around it, and the rewards.
 
 The parts hold the run's learned and accumulated state besides the weights:
 ``state_dict()`` is the parts' share of a checkpoint's trainer state (the optimizers, the
-KL reference, exploration, rewards; ``cairn.train.state_schema`` names the keys) and
+KL reference, exploration, rewards; ``cairn.train.checkpoint.schema`` names the keys) and
 ``load_state_dict`` puts it back, checking first, before anything changes, that every
 optimizer state fits this run's parameters. The counters and random streams are the
-loop's (``cairn.train.state.TrainState``); ``cairn.train.resume`` joins the two.
+loop's (``cairn.train.checkpoint.state.TrainState``); ``cairn.train.checkpoint.resume``
+joins the two.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ from cairn.rollout import (
     make_env_pool,
     make_strategy,
 )
+from cairn.train.checkpoint.resume import check_optimizer
+from cairn.train.checkpoint.state import put
 from cairn.train.curriculum import make_curriculum
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, SideLearner, build_learners
-from cairn.train.resume import _check_optimizer
 from cairn.train.schema import Config
 from cairn.train.setup import build_policy_engine, config_env_factory, sampling_settings
-from cairn.train.state import put
 
 __all__ = ["TrainParts", "build_parts"]
 
@@ -88,9 +89,9 @@ class TrainParts:
     def check_state_dict(self, state: dict[str, Any]) -> None:
         """CheckpointError (one line, naming the key) unless every optimizer state of
         ``state`` fits this run's parameters; changes nothing."""
-        _check_optimizer(self.opt, state["optimizer"], "optimizer")
+        check_optimizer(self.opt, state["optimizer"], "optimizer")
         for x in self.learners:
-            _check_optimizer(x.opt, state.get(f"{x.name}_optimizer"), f"{x.name}_optimizer")
+            check_optimizer(x.opt, state.get(f"{x.name}_optimizer"), f"{x.name}_optimizer")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put ``state`` (``state_dict``'s keys) back, checked first (``check_state_dict``);

@@ -18,9 +18,9 @@
 Nothing here knows a specific estimator, env, strategy or method: they come by name from
 the config, and what a method needs arrives as data (step columns, per-token flags the
 loss config interprets, an estimator's terms) or as a wrapper around the rollout strategy.
-The counters and every random stream live in ``TrainState`` (``cairn.train.state``), whose
-state is checkpointed with the rest (``cairn.train.resume``), so a resumed run repeats an
-uninterrupted one exactly.
+The counters and every random stream live in ``TrainState``
+(``cairn.train.checkpoint.state``), whose state is checkpointed with the rest
+(``cairn.train.checkpoint``), so a resumed run repeats an uninterrupted one exactly.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast, overload
 
@@ -59,17 +59,16 @@ from cairn.rollout import (
 )
 from cairn.rollout.dynamic import SamplingRounds
 from cairn.train import budget
-from cairn.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
+from cairn.train.checkpoint.read import Checkpoint, latest_checkpoint
+from cairn.train.checkpoint.state import TrainState
+from cairn.train.checkpoint.write import save_checkpoint
 from cairn.train.distributed import Dist
 from cairn.train.divergence import DivergenceWatch, finite_outputs
 from cairn.train.learners import Actor, SideLearner, train_learners
 from cairn.train.parts import TrainParts, build_parts
 from cairn.train.preflight import check_config
-from cairn.train.resume import restore_trainer, trainer_state
-from cairn.train.runconfig import CONFIG_COPY, config_sha256, config_writer, record_amendment
 from cairn.train.runlog import RunLog
 from cairn.train.schema import Config
-from cairn.train.state import TrainState
 from cairn.train.summary import episode_stats, summarize
 from cairn.train.trust import named_code, record_run
 from cairn.train.warmup import run_warmup_stage
@@ -134,8 +133,8 @@ class Trainer:
         if resume and ckpt is None:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.dir}")
         # config.yaml: written once, atomically, when the run is created; never on a resume
-        # (cairn.train.runconfig: the checkpoint records this hash, amendments the changes).
-        self.config_sha256 = config_sha256(cfg)
+        # (cairn.train.checkpoint.runconfig: a checkpoint records its hash, amendments the
+        # changes a resume makes).
         if self.dist.is_main and not resume:
             rundir.write_config(self.dir, cfg.model_dump())
             # the code this config names was the user's choice: reading the run needs no
@@ -149,7 +148,7 @@ class Trainer:
         self.state = TrainState.start(cfg.seed, rank)
         # The parts: envs, policy + engine + prompt, optimizer, KL reference, learners,
         # rollout strategy + exploration, rewards (cairn.train.parts, in that order).
-        self.parts: TrainParts = build_parts(cfg, self.dir, self.dist, ckpt)
+        self.parts: TrainParts = build_parts(cfg, self.dir, self.dist, ckpt.path if ckpt else None)
         self.local_groups = len(self.dist.shard(range(cfg.rollout.groups)))  # this rank's share
         if self.local_groups == 0:
             raise ValueError(f"rollout.groups={cfg.rollout.groups} < {self.dist.world} ranks")
@@ -462,28 +461,15 @@ class Trainer:
         bad = not finite_outputs(model, vocab, self.policy.device)
         DivergenceWatch.weights(not self.dist.max_int(int(bad)), self.iteration, self.cfg.optim.lr)
         if self.dist.is_main:  # every rank holds the same weights
-            extra: dict[str, Callable[[Path], None]] = {x.name: x.save for x in self.learners}
-            extra[CONFIG_COPY] = config_writer(self.cfg)  # the config it was trained with
             save_checkpoint(
-                self.dir,
-                self.iteration,
-                self.policy.model,
-                self.policy.tokenizer,
-                {**self._trainer_state(), "config_sha256": self.config_sha256},
-                keep=self.cfg.checkpoint.keep,
-                extra=extra,
+                self.dir, self.cfg, self.parts, self.state, self.wall(), self.log.unsaved_rows
             )
         self.log.unsaved_rows.clear()  # now held by the checkpoint
 
-    def _trainer_state(self) -> dict[str, Any]:
-        """The checkpoint's trainer state (``cairn.train.resume``)."""
-        return trainer_state(self.parts, self.state, self.wall(), self.log.unsaved_rows)
-
-    def _restore(self, ckpt: Path) -> None:
-        state = load_state(ckpt)
-        restore_trainer(self.parts, self.state, state)
-        self.log.truncate_after(self.iteration, state.get("metrics", ()))
-        if self.dist.is_main and (changes := record_amendment(self.dir, self.iteration, self.cfg)):
+    def _restore(self, ckpt: Checkpoint) -> None:
+        saved = ckpt.restore(self.parts, self.state)
+        self.log.truncate_after(self.iteration, saved.get("metrics", ()))
+        if self.dist.is_main and (changes := ckpt.record_amendment(self.cfg)):
             keys = ", ".join(c["key"] for c in changes)
             self.log.say(f"config amended at iteration {self.iteration}: {keys}")
         self.log.say(f"resumed from {ckpt.name} (iteration {self.iteration})")

@@ -50,8 +50,8 @@ from cairn._files import read_bytes
 from cairn.data import rundir
 from cairn.envs import ENVS, code_options
 from cairn.plugins import load_plugins
+from cairn.train.checkpoint.runconfig import apply_changes
 from cairn.train.configfile import apply_overrides, parse_mapping
-from cairn.train.runconfig import apply_changes
 from cairn.train.schema import DEMO_ENV
 
 __all__ = [

@@ -1,5 +1,6 @@
-"""The schema of a checkpoint's trainer state (``cairn.train.resume.trainer_state``), checked
-before any of it is used: types, ranges, tensor shapes and sizes of every key.
+"""The schema of a checkpoint's trainer state (``resume.trainer_state``), checked before any
+of it is used: the keys a trainer always writes, and the types, ranges, tensor shapes and
+sizes of every key.
 
 A checkpoint is read from disk, which anyone may have edited, so nothing in it is trusted:
 ``"iteration": -5`` would make a resume forget every metrics row and trajectory, and a
@@ -7,20 +8,20 @@ crafted value could make numpy or torch allocate gigabytes. ``check_trainer_stat
 the decoded state with every tensor replaced by its ``TensorInfo`` (dtype and shape read
 from the safetensors header, no data loaded), so a checkpoint is checked cheaply, before
 its tensors are read. A problem raises ``StateError`` naming the key, e.g.
-``iteration: -5 is not an int in [1, 1000000000]``.
+``iteration: -5 is not an int in [1, 1000000000]`` or ``wall_seconds: missing``.
 
-Keys (all but ``iteration`` optional, so older checkpoints still load):
+Keys (``REQUIRED``: the loop's, ``state.TrainState``'s; the others as the run has them):
     iteration        int in [1, 10**9]: the iteration after which the checkpoint was written
     episodes         int in [0, 10**15]
     train_seconds, wall_seconds   finite numbers >= 0
     evals            list of {str: value}, each ``iteration`` in [0, iteration]
     warmup           {str: value}
+    task_rng, shuffle_rng         a numpy PCG64 state (128-bit state and increment)
+    sample_gen, torch_rng         a 1-D uint8 tensor of the CPU generator's state size
     optimizer, <name>_optimizer   None or a torch optimizer state_dict: ``state`` maps
                      parameter indices to {str: tensor or number}, ``param_groups`` list
                      each group's ``params`` (distinct indices); a parameter's tensors
                      share one shape; the step is a scalar
-    task_rng, shuffle_rng         a numpy PCG64 state (128-bit state and increment)
-    sample_gen, torch_rng         a 1-D uint8 tensor of the CPU generator's state size
     ref_model        None or {str: tensor}
     exploration      a dict; ``rng`` in it a numpy PCG64 state
     rewards          a list of dicts or None
@@ -35,13 +36,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-__all__ = ["MAX_ITERATION", "StateError", "TensorInfo", "check_trainer_state"]
+__all__ = ["MAX_ITERATION", "REQUIRED", "StateError", "TensorInfo", "check_trainer_state"]
 
 MAX_ITERATION = 10**9
+#: The keys every trainer state holds: the loop's counters and random streams.
+REQUIRED = (
+    "iteration", "episodes", "train_seconds", "wall_seconds", "evals", "warmup",
+    "task_rng", "shuffle_rng", "sample_gen", "torch_rng",
+)  # fmt: skip
 _MAX_EPISODES = 10**15
 _MAX_ROWS = 1_000_000  # evals / metrics rows in one checkpoint
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -64,13 +69,14 @@ class TensorInfo:
         return self
 
 
-def check_trainer_state(state: Any) -> int:
+def check_trainer_state(state: object) -> int:
     """Check ``state`` (tensors as ``TensorInfo`` or real tensors) against the schema;
     returns its iteration. Raises StateError naming the first key that breaks it."""
     if not isinstance(state, dict):
         raise StateError(f"the state is a {type(state).__name__}, not a dict")
-    if "iteration" not in state:
-        raise StateError("iteration: missing")
+    for key in REQUIRED:
+        if key not in state:
+            raise StateError(f"{key}: missing")
     iteration = _int(state["iteration"], "iteration", 1, MAX_ITERATION)
     for key, check in _CHECKS.items():
         if key in state:
@@ -82,7 +88,7 @@ def check_trainer_state(state: Any) -> int:
 
 
 # -- scalars -------------------------------------------------------------------------------
-def _int(value: Any, key: str, low: int, high: int) -> int:
+def _int(value: object, key: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise StateError(f"{key}: {_show(value)} is not an int")
     if not low <= value <= high:
@@ -90,20 +96,20 @@ def _int(value: Any, key: str, low: int, high: int) -> int:
     return value
 
 
-def _seconds(value: Any, key: str, _iteration: int) -> None:
+def _seconds(value: object, key: str, _iteration: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise StateError(f"{key}: {_show(value)} is not a number")
     if not (math.isfinite(value) and value >= 0):
         raise StateError(f"{key}: {_show(value)} is not a finite number >= 0")
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 # -- containers ----------------------------------------------------------------------------
-def _rows(value: Any, key: str, iteration: int, low: int) -> None:
+def _rows(value: object, key: str, iteration: int, low: int) -> None:
     """A list of {str: value} rows whose ``iteration`` lies in [low, iteration]."""
     if not isinstance(value, list):
         raise StateError(f"{key}: a {type(value).__name__}, not a list")
@@ -115,7 +121,7 @@ def _rows(value: Any, key: str, iteration: int, low: int) -> None:
         _int(row.get("iteration"), f"{where}.iteration", low, iteration)
 
 
-def _named(value: Any, key: str) -> None:
+def _named(value: object, key: str) -> None:
     """A dict with string keys (a metrics row: values are whatever the run logged)."""
     if not isinstance(value, dict):
         raise StateError(f"{key}: a {type(value).__name__}, not a dict")
@@ -124,37 +130,37 @@ def _named(value: Any, key: str) -> None:
             raise StateError(f"{key}: the key {_show(k)} is not a string")
 
 
-def _evals(value: Any, key: str, iteration: int) -> None:
+def _evals(value: object, key: str, iteration: int) -> None:
     _rows(value, key, iteration, 0)
 
 
-def _metrics(value: Any, key: str, iteration: int) -> None:
+def _metrics(value: object, key: str, iteration: int) -> None:
     _rows(value, key, iteration, 1)
 
 
-def _warmup(value: Any, key: str, _iteration: int) -> None:
+def _warmup(value: object, key: str, _iteration: int) -> None:
     _named(value, key)
 
 
-def _dict_or_none(value: Any, key: str, _iteration: int) -> None:
+def _dict_or_none(value: object, key: str, _iteration: int) -> None:
     if value is not None and not isinstance(value, dict):
         raise StateError(f"{key}: a {type(value).__name__}, not a dict")
 
 
-def _rewards(value: Any, key: str, _iteration: int) -> None:
+def _rewards(value: object, key: str, _iteration: int) -> None:
     if not isinstance(value, list):
         raise StateError(f"{key}: a {type(value).__name__}, not a list")
     for i, item in enumerate(value):
         _dict_or_none(item, f"{key}[{i}]", _iteration)
 
 
-def _sha256(value: Any, key: str, _iteration: int) -> None:
+def _sha256(value: object, key: str, _iteration: int) -> None:
     if not (isinstance(value, str) and _SHA256.fullmatch(value)):
         raise StateError(f"{key}: {_show(value)} is not 64 lowercase hex digits")
 
 
 # -- random streams ------------------------------------------------------------------------
-def _numpy_rng(value: Any, key: str, _iteration: int = 0) -> None:
+def _numpy_rng(value: object, key: str, _iteration: int = 0) -> None:
     """numpy's PCG64 ``bit_generator.state``: what ``default_rng`` gives."""
     if not isinstance(value, dict) or value.get("bit_generator") != "PCG64":
         raise StateError(f"{key}: not a numpy PCG64 generator state")
@@ -167,11 +173,11 @@ def _numpy_rng(value: Any, key: str, _iteration: int = 0) -> None:
     _int(value.get("uinteger"), f"{key}.uinteger", 0, 2**32 - 1)
 
 
-def _torch_rng(value: Any, key: str, _iteration: int) -> None:
+def _torch_rng(value: object, key: str, _iteration: int) -> None:
     _tensor(value, key, dtype="U8", shape=(_RNG_BYTES,))
 
 
-def _exploration(value: Any, key: str, iteration: int) -> None:
+def _exploration(value: object, key: str, iteration: int) -> None:
     if not isinstance(value, dict):
         raise StateError(f"{key}: a {type(value).__name__}, not a dict")
     if "rng" in value:
@@ -186,7 +192,7 @@ _DTYPES = {
 }  # fmt: skip
 
 
-def _info(value: Any) -> TensorInfo | None:
+def _info(value: object) -> TensorInfo | None:
     if isinstance(value, TensorInfo):
         return value
     if isinstance(value, torch.Tensor):
@@ -195,7 +201,7 @@ def _info(value: Any) -> TensorInfo | None:
 
 
 def _tensor(
-    value: Any, key: str, dtype: str | None = None, shape: tuple[int, ...] | None = None
+    value: object, key: str, dtype: str | None = None, shape: tuple[int, ...] | None = None
 ) -> TensorInfo:
     info = _info(value)
     if info is None:
@@ -207,7 +213,7 @@ def _tensor(
     return info
 
 
-def _weights(value: Any, key: str, _iteration: int) -> None:
+def _weights(value: object, key: str, _iteration: int) -> None:
     if value is None:
         return
     if not isinstance(value, dict):
@@ -216,7 +222,7 @@ def _weights(value: Any, key: str, _iteration: int) -> None:
         _tensor(tensor, f"{key}.{name}")
 
 
-def _optimizer(value: Any, key: str, _iteration: int) -> None:
+def _optimizer(value: object, key: str, _iteration: int) -> None:
     """A torch optimizer's state_dict (Adam/AdamW: step, exp_avg, exp_avg_sq per param)."""
     if value is None:
         return
@@ -242,7 +248,7 @@ def _optimizer(value: Any, key: str, _iteration: int) -> None:
         _param_state(slots, f"{key}.state.{index}", index in set(indices))
 
 
-def _param_state(slots: Any, key: str, known: bool) -> None:
+def _param_state(slots: object, key: str, known: bool) -> None:
     if not known:
         raise StateError(f"{key}: no parameter group holds this index")
     if not isinstance(slots, dict):

@@ -11,11 +11,11 @@ the minibatch order, ``sample_gen`` the sampled tokens, and torch's global gener
 init, dropout). Checkpointing all of them is what makes a resumed run repeat the
 uninterrupted one exactly.
 
-The keys are the checkpoint's (``cairn.train.state_schema`` checks them when a checkpoint is
-read): ``iteration``, ``episodes``, ``train_seconds``, ``wall_seconds``, ``evals``,
-``warmup``, ``task_rng``, ``shuffle_rng``, ``sample_gen``, ``torch_rng``. What the trainer
-keeps beside them (optimizers, the KL reference, exploration, rewards, unsaved metrics rows)
-is ``cairn.train.resume``'s.
+The keys are the checkpoint's (``schema.REQUIRED``, checked when a checkpoint is read):
+``iteration``, ``episodes``, ``train_seconds``, ``wall_seconds``, ``evals``, ``warmup``,
+``task_rng``, ``shuffle_rng``, ``sample_gen``, ``torch_rng``. What the trainer keeps beside
+them (optimizers, the KL reference, exploration, rewards, unsaved metrics rows) is
+``resume``'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cairn.train.checkpoint import CheckpointError
+from cairn.train.checkpoint.layout import CheckpointError
 
 __all__ = ["TrainState", "put"]
 
@@ -87,20 +87,19 @@ class TrainState:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Put the counters and the streams of ``state`` back (the streams in place); a part
-        that does not fit is a CheckpointError naming its key. A checkpoint older than
-        ``wall_seconds`` counts this session's wall only, one older than ``warmup`` none."""
+        """Put the counters and the streams of ``state`` (``state_dict``'s keys, checked by
+        the schema) back, the streams in place; a part that does not fit is a
+        CheckpointError naming its key."""
         self.iteration, self.episodes = state["iteration"], state["episodes"]
         self.train_seconds, self.evals = state["train_seconds"], state["evals"]
-        self.wall_seconds = state.get("wall_seconds", 0.0)
-        self.warmup_stats = state.get("warmup", {})  # the warm-up ran before any checkpoint
+        self.wall_seconds, self.warmup_stats = state["wall_seconds"], state["warmup"]
         put("task_rng", setattr, self.task_rng.bit_generator, "state", state["task_rng"])
         put("shuffle_rng", setattr, self.shuffle_rng.bit_generator, "state", state["shuffle_rng"])
         put("sample_gen", self.sample_gen.set_state, state["sample_gen"])
         put("torch_rng", torch.set_rng_state, state["torch_rng"])
 
 
-def put(key: str, load: Callable[..., Any], *args: Any) -> None:
+def put(key: str, load: Callable[..., object], *args: object) -> None:
     """``load(*args)``, an error in it a one-line CheckpointError naming ``key``."""
     try:
         load(*args)

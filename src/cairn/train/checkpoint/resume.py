@@ -1,46 +1,78 @@
 """What a checkpoint keeps of a trainer besides the weights, and putting it back: the
 loop's counters, evaluations, the warm-up's stats and every random stream
-(``cairn.train.state.TrainState``), the parts' optimizer states (the actor's and each
-learner's, ``<name>_optimizer``), KL reference, the state of exploration and rewards and
-the curriculum's level and window (``cairn.train.parts.TrainParts.state_dict``), and the
+(``state.TrainState``), the parts' optimizer states (the actor's and each learner's,
+``<name>_optimizer``), KL reference, the state of exploration and rewards and the
+curriculum's level and window (``cairn.train.parts.TrainParts.state_dict``), and the
 metrics rows logged since the previous checkpoint (``metrics``: a resume rebuilds from
 them a row that metrics.jsonl lost). Restoring it makes a resumed run repeat the
 uninterrupted one exactly.
 
-The state was checked against its schema when it was read (``cairn.train.state_schema``);
-``restore_trainer`` also checks what only the live parts know (each optimizer's groups
-and its tensors' shapes against the model's parameters) before it changes anything, and
-turns any error while putting a part back into a CheckpointError naming the key."""
+The state was checked against its schema when it was read (``schema``); ``restore_trainer``
+also checks what only the live parts know (each optimizer's groups and its tensors' shapes
+against the model's parameters) before it changes anything, and turns any error while
+putting a part back into a CheckpointError naming the key."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from cairn.train.checkpoint import CheckpointError
+from cairn.policies.modelio import SavesPretrained
+from cairn.train.checkpoint.layout import CheckpointError
 
 if TYPE_CHECKING:
-    from cairn.train.state import TrainState
+    from cairn.train.checkpoint.state import TrainState
 
-__all__ = ["Parts", "restore_trainer", "trainer_state"]
+__all__ = ["Resumable", "check_optimizer", "restore_trainer", "trainer_state"]
 
 
-class Parts(Protocol):
-    """What a checkpoint needs of a trainer's parts (``cairn.train.parts.TrainParts``)."""
+class _Weights(Protocol):
+    """The policy as a checkpoint writes it: its model and tokenizer, each written by its
+    own ``save_pretrained``."""
+
+    @property
+    def model(self) -> torch.nn.Module: ...
+
+    @property
+    def tokenizer(self) -> SavesPretrained: ...
+
+
+class _Folder(Protocol):
+    """A learner beside the actor, whose weights a checkpoint keeps in a folder of its name."""
+
+    @property
+    def name(self) -> str: ...
+
+    def save(self, folder: Path) -> None: ...
+
+
+class Resumable(Protocol):
+    """A trainer's parts as a checkpoint sees them (``cairn.train.parts.TrainParts``): the
+    weights it writes and the state it keeps and puts back."""
+
+    @property
+    def policy(self) -> _Weights: ...
+
+    @property
+    def learners(self) -> Sequence[_Folder]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def check_state_dict(self, state: dict[str, Any]) -> None:
-        """CheckpointError unless ``state`` fits; changes nothing (``_check_optimizer``)."""
+        """CheckpointError unless ``state`` fits; changes nothing (``check_optimizer``)."""
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def trainer_state(
-    parts: Parts, state: TrainState, wall_seconds: float, unsaved_rows: Iterable[dict]
+    parts: Resumable,
+    state: TrainState,
+    wall_seconds: float,
+    unsaved_rows: Iterable[dict[str, Any]],
 ) -> dict[str, Any]:
     """What a checkpoint keeps of a trainer besides its weights (module docstring): the
     loop's ``state`` (with the run's ``wall_seconds`` so far), the ``parts``' and the
@@ -52,7 +84,7 @@ def trainer_state(
     }
 
 
-def restore_trainer(parts: Parts, state: TrainState, saved: dict[str, Any]) -> None:
+def restore_trainer(parts: Resumable, state: TrainState, saved: dict[str, Any]) -> None:
     """Put ``saved`` back into the loop's ``state`` and the ``parts``; CheckpointError (one
     line, naming the key) when a part does not fit them, checked before anything changes."""
     parts.check_state_dict(saved)
@@ -60,7 +92,7 @@ def restore_trainer(parts: Parts, state: TrainState, saved: dict[str, Any]) -> N
     parts.load_state_dict(saved)
 
 
-def _check_optimizer(opt: torch.optim.Optimizer, saved: Any, key: str) -> None:
+def check_optimizer(opt: torch.optim.Optimizer, saved: Mapping[str, Any] | None, key: str) -> None:
     """CheckpointError unless ``saved`` has ``opt``'s groups, parameter counts and, for
     every saved tensor but the step, its parameter's shape (torch checks only the counts,
     and a wrong shape would fail later, inside an update)."""

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import yaml
 
@@ -36,6 +36,7 @@ from cairn.train.schema import Config
 
 __all__ = [
     "CONFIG_COPY",
+    "Change",
     "apply_changes",
     "config_changes",
     "config_sha256",
@@ -49,6 +50,15 @@ __all__ = [
 CONFIG_COPY = "run_config"  # sub-folder of a checkpoint holding the config it was trained with
 _STATE_JSON_MAX = 64 << 20  # state.json is the small half of a state: counters, evals, RNGs
 _MISSING = object()
+
+
+class Change(TypedDict):
+    """One config key that differs: its dotted ``key``, the ``old`` and the ``new`` value
+    (absent where the key is absent on that side)."""
+
+    key: str
+    old: NotRequired[object]
+    new: NotRequired[object]
 
 
 def config_sha256(cfg: Config | dict[str, Any]) -> str:
@@ -70,17 +80,17 @@ def config_writer(cfg: Config) -> Callable[[Path], None]:
 
 
 # -- differences between two resolved configs ---------------------------------------------------
-def config_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[dict]:
-    """``[{"key", "old", "new"}]`` for every dotted key whose value differs (recursing where
-    both sides are mappings); a key absent on one side has no ``old`` / ``new``."""
-    out: list[dict[str, Any]] = []
+def config_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[Change]:
+    """A ``Change`` for every dotted key whose value differs (recursing where both sides
+    are mappings); a key absent on one side has no ``old`` / ``new``."""
+    out: list[Change] = []
     for k in [*old, *(k for k in new if k not in old)]:
         a, b = old.get(k, _MISSING), new.get(k, _MISSING)
         key = f"{prefix}{k}"
         if isinstance(a, dict) and isinstance(b, dict):
             out += config_changes(a, b, f"{key}.")
         elif a != b or type(a) is not type(b):
-            change: dict[str, Any] = {"key": key}
+            change: Change = {"key": key}
             if a is not _MISSING:
                 change["old"] = a
             if b is not _MISSING:
@@ -89,7 +99,7 @@ def config_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -
     return out
 
 
-def apply_changes(data: dict[str, Any], changes: list[dict[str, Any]]) -> dict[str, Any]:
+def apply_changes(data: dict[str, Any], changes: Sequence[Change]) -> dict[str, Any]:
     """Set (or, without ``new``, delete) each change's dotted key in ``data``, in place."""
     for change in changes:
         *path, last = str(change["key"]).split(".")
@@ -105,10 +115,10 @@ def apply_changes(data: dict[str, Any], changes: list[dict[str, Any]]) -> dict[s
     return data
 
 
-def describe_changes(changes: list[dict[str, Any]], limit: int = 6) -> str:
+def describe_changes(changes: Sequence[Change], limit: int = 6) -> str:
     """``key (old -> new), ...`` on one line, values cut short, at most ``limit`` keys."""
 
-    def short(change: dict[str, Any], side: str) -> str:
+    def short(change: Change, side: Literal["old", "new"]) -> str:
         if side not in change:
             return "(absent)"
         text = " ".join(repr(change[side]).split())
@@ -122,8 +132,7 @@ def describe_changes(changes: list[dict[str, Any]], limit: int = 6) -> str:
 # -- what a checkpoint says about its config ----------------------------------------------------
 def saved_config(ckpt: Path) -> tuple[int | None, str | None, dict[str, Any] | None]:
     """(iteration, config_sha256, config copy) a checkpoint folder records; None for each
-    it does not hold (checkpoints written before cairn recorded them) or that is unreadable
-    (the checkpoint's own validation reports that)."""
+    it does not hold or that is unreadable (the checkpoint's own validation reports that)."""
     iteration = sha = None
     try:
         path = ckpt / "state.json"
@@ -167,7 +176,7 @@ def _replayed(run_dir: Path, before: int, upto: int | None = None) -> dict[str, 
     return data
 
 
-def _is_amendment(row: dict[str, Any]) -> bool:
+def _is_amendment(row: Mapping[str, object]) -> bool:
     it, changes = row.get("iteration"), row.get("changes")
     return (
         isinstance(it, int)
@@ -216,7 +225,7 @@ def _mismatch(run_dir: Path, ckpt: Path, cfg: Config, sha: str, copy: dict[str, 
     return f"{head}: {describe_changes(changes)}{tail}"
 
 
-def record_amendment(run_dir: Path, iteration: int, cfg: Config) -> list[dict[str, Any]]:
+def record_amendment(run_dir: Path, iteration: int, cfg: Config) -> list[Change]:
     """On a resume from the checkpoint at ``iteration``: forget the amendments made after it,
     then append what ``cfg`` changes from config.yaml + the remaining amendments (nothing
     when unchanged, or when config.yaml cannot be read: the caller checked it). Returns the

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from safetensors import SafetensorError
 
-from cairn import cli
+from cairn.cli.supervise import RunStopped, run_trainer
 from cairn.train.checkpoint import write
 from cairn.train.checkpoint.layout import CheckpointWriteError
 from cairn.train.checkpoint.read import Checkpoint, latest_checkpoint
@@ -57,8 +57,8 @@ def test_the_cli_ends_in_the_one_line_hint(tmp_path, monkeypatch):
             monkeypatch.setattr(write, "save_file", _disk_full)
             return _save(tmp_path, 2)
 
-    with pytest.raises(cli.RunStopped) as err:
-        cli._run(Trainer(), tmp_path)
+    with pytest.raises(RunStopped) as err:
+        run_trainer(Trainer(), tmp_path)
     text = str(err.value)
     assert "could not be written (SafetensorError" in text and "No space left" in text
     assert "iter_000001 is intact; resume with cairn train --resume" in text

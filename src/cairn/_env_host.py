@@ -31,7 +31,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from cairn.envs import TextEnv
 
 __all__ = ["EnvFactory", "EnvFault", "EnvFaultRateError", "EnvHost", "Parent", "serve"]
 
@@ -123,14 +128,14 @@ class EnvFactory:
     imports: tuple[str, ...] = ()  # the config's ``imports``: loaded before the env is built
 
     @classmethod
-    def of(cls, name: str, **options: Any) -> EnvFactory:
+    def of(cls, name: str, **options: object) -> EnvFactory:
         from cairn.envs import ENVS
 
         ENVS.get(name)  # an unknown name fails here, listing the available ones
         target, extra = ENVS.entries[name]
         return cls(name, dict(options), target, extra)
 
-    def __call__(self) -> Any:
+    def __call__(self) -> TextEnv:
         from cairn.envs import ENVS, make
 
         _load_plugins(self.imports)
@@ -161,12 +166,14 @@ class EnvHost:
     """The envs of one worker, by slot; every call answers with the env's current
     instruction, a ``reset`` also with the env's ``CONSTANTS`` (a dict)."""
 
-    def __init__(self, factory: Callable[[], Any], parent: Parent | None = None):
+    def __init__(self, factory: Callable[[], TextEnv], parent: Parent | None = None):
         self.factory = factory
-        self.envs: dict[int, Any] = {}
+        self.envs: dict[int, TextEnv] = {}
         watch_parent(parent)  # a Ray actor: dies with the driver (same host)
 
-    def call(self, slot: int, method: str, args: tuple, kwargs: dict) -> tuple[Any, ...]:
+    def call(
+        self, slot: int, method: str, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> tuple[object, ...]:
         if method == "__rebuild__":  # after a fault: the next call builds a new env
             self.drop(slot)
             return None, ""
@@ -198,7 +205,7 @@ class EnvHost:
         self.envs = {}
 
 
-def serve(conn: Any, factory: Callable[[], Any], parent: Parent | None = None) -> None:
+def serve(conn: Connection, factory: Callable[[], TextEnv], parent: Parent | None = None) -> None:
     """Worker process loop: answer (slot, method, args, kwargs) requests in order; exits
     when ``parent`` dies (`watch_parent`)."""
     host = EnvHost(factory, parent)

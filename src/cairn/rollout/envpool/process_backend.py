@@ -21,7 +21,7 @@ from typing import Protocol, cast
 from cairn._env_host import EnvFault, Parent, serve
 from cairn.envs import TextEnv
 from cairn.rollout.envpool.faults import EnvLost, EnvTimeout
-from cairn.rollout.envpool.proxy import Failed, Pending, Reply
+from cairn.rollout.envpool.proxy import Failed, Pending, Reply, Request
 
 __all__ = ["ProcessBackend"]
 
@@ -137,15 +137,8 @@ class ProcessBackend:
             self.restarts += 1
         return pipe
 
-    def submit(
-        self,
-        worker: int,
-        slot: int,
-        method: str,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-    ) -> Pending | Failed:
-        return self._live(worker).submit((slot, method, args, kwargs), self.wait)
+    def submit(self, worker: int, request: Request) -> Pending | Failed:
+        return self._live(worker).submit(tuple(request), self.wait)
 
     def wait(self, handle: Pending) -> None:
         """Receive answers from every busy worker until ``handle``'s has come: all workers

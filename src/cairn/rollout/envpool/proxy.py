@@ -5,18 +5,28 @@ the handles a call answers with (``result()`` waits for the answer, or raises it
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, NoReturn, Protocol, TypeVar, cast
+from typing import Any, Generic, NamedTuple, NoReturn, Protocol, TypeVar, cast
 
 from cairn._env_host import EnvFault
 from cairn.envs import StepResult
 
-__all__ = ["Done", "EnvProxy", "Failed", "Handle", "Pending", "Reply", "Reset"]
+__all__ = ["Done", "EnvProxy", "Failed", "Handle", "Pending", "Reply", "Request", "Reset"]
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
 Reset = tuple[str, dict[str, Any]]  # what ``reset`` and ``restore`` answer: (obs, info)
 # a worker's answer to a call: (value, the env's instruction[, its constants after a reset])
 Reply = tuple[object, ...]
+
+
+class Request(NamedTuple):
+    """A call for a worker: the env's slot, the method and its arguments (sent as a plain
+    tuple, ``tuple(request)``, so that a worker needs no cairn module to read it)."""
+
+    slot: int
+    method: str
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
 
 
 class Handle(Protocol[T_co]):

@@ -21,7 +21,7 @@ from ray.exceptions import RayActorError
 from cairn._env_host import EnvFault, EnvHost, Parent
 from cairn.envs import TextEnv
 from cairn.rollout.envpool.faults import EnvLost, EnvTimeout
-from cairn.rollout.envpool.proxy import Pending, Reply
+from cairn.rollout.envpool.proxy import Pending, Reply, Request
 
 __all__ = ["RayBackend"]
 
@@ -75,15 +75,8 @@ class RayBackend:
     def generation(self, worker: int) -> int:
         return self.generations[worker]
 
-    def submit(
-        self,
-        worker: int,
-        slot: int,
-        method: str,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-    ) -> Pending:
-        ref = self.hosts[worker].call.remote(slot, method, args, kwargs)
+    def submit(self, worker: int, request: Request) -> Pending:
+        ref = self.hosts[worker].call.remote(*request)
         if not self.pending[worker]:
             self.since[worker] = time.monotonic()
         handle = Pending(self.wait)

@@ -18,7 +18,7 @@ from typing import Any, Protocol, cast
 from cairn.envs import TextEnv
 from cairn.rollout.envpool.faults import EnvLost, FaultStats, disown, own
 from cairn.rollout.envpool.local import EnvPool
-from cairn.rollout.envpool.proxy import EnvProxy, Failed, Handle, Reply
+from cairn.rollout.envpool.proxy import EnvProxy, Failed, Handle, Reply, Request
 
 __all__ = ["BACKENDS", "RemoteEnv", "WorkerPool", "make_env_pool", "ray_available"]
 
@@ -39,14 +39,7 @@ class Backend(Protocol):
         """How many times ``worker`` was replaced (its envs' state is lost each time)."""
         ...
 
-    def submit(
-        self,
-        worker: int,
-        slot: int,
-        method: str,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-    ) -> Handle[Reply]: ...
+    def submit(self, worker: int, request: Request) -> Handle[Reply]: ...
 
     def close(self) -> None: ...
 
@@ -75,7 +68,8 @@ class RemoteEnv(EnvProxy):
             self._generation = generation
         elif generation != self._generation:
             return Failed(EnvLost("its env worker was replaced; reset it"))
-        return _Answer(self, backend.submit(self._worker, self._slot, method, args, kwargs))
+        request = Request(self._slot, method, args, kwargs)
+        return _Answer(self, backend.submit(self._worker, request))
 
     def _call(self, method: str, *args: object, **kwargs: object) -> object:
         return self.submit(method, *args, **kwargs).result()
@@ -154,7 +148,7 @@ class WorkerPool:
         passes its attributes through."""
         remote = cast(RemoteEnv, env)
         if remote._generation == self.backend.generation(remote._worker):  # else replaced
-            self.backend.submit(remote._worker, remote._slot, "__rebuild__", (), {})
+            self.backend.submit(remote._worker, Request(remote._slot, "__rebuild__", (), {}))
         self.faults.restarts += 1
         self._count_worker_restarts()
 

@@ -1,0 +1,44 @@
+"""A comparison arm under benchmarks/real/ is its preset with only the compared keys changed,
+so a record that names the arm compares what it says it compares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cairn.train.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+ARMS = ROOT / "benchmarks" / "real"
+
+#: arm file -> (the preset it varies, the config sections it may change).
+VARIED = {
+    "sokoban_smol_grpo.yaml": ("sokoban_smol", {"name", "advantage"}),
+    "twx_smol_grpo.yaml": ("twx_smol", {"name", "advantage"}),
+}
+
+
+def changed_sections(arm: Path, preset: str) -> set[str]:
+    """The top-level config sections in which ``arm`` differs from ``preset``."""
+    a = load_config(arm, check=False).model_dump()
+    b = load_config(preset, check=False).model_dump()
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+def test_every_arm_file_is_listed():
+    assert {p.name for p in ARMS.glob("*.yaml")} == set(VARIED)
+
+
+@pytest.mark.parametrize("arm", sorted(VARIED))
+def test_an_arm_differs_from_its_preset_in_the_compared_sections_only(arm):
+    preset, allowed = VARIED[arm]
+    changed = changed_sections(ARMS / arm, preset)
+    assert "advantage" in changed
+    assert changed <= allowed, f"{arm} also changes {sorted(changed - allowed)}"
+
+
+def test_the_check_sees_a_change_outside_the_compared_sections(tmp_path):
+    text = (ARMS / "twx_smol_grpo.yaml").read_text().replace("lr: 0.0002", "lr: 0.0003")
+    (tmp_path / "arm.yaml").write_text(text)
+    assert "optim" in changed_sections(tmp_path / "arm.yaml", "twx_smol")

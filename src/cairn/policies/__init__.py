@@ -189,8 +189,11 @@ def generation_options(cfg: Any, extend_turns: bool = False) -> GenerationOption
     between calls, continue each episode's
     KV cache where a turn's prompt extends the last (``extend_turns``:
     ``cairn.train.setup.turns_extend``), and score in buckets of similar length; the tiny
-    default runs the plain path, so its recorded runs stay bit-identical. ``model.autocast``
-    (``autocast_on``) picks the precision.
+    default runs the plain path, the reference those are tested against: its prompts are
+    short enough that sharing buys little, and the inverse-CDF draws and bucketed scoring
+    would change its sampled tokens and the last bits of its losses, so a seed of the demo
+    would no longer give the reference's numbers. ``model.autocast`` (``autocast_on``)
+    picks the precision.
     """
     real = cfg.path is not None
     device = torch.device(cfg.device)
@@ -210,8 +213,9 @@ def autocast_on(cfg: Any) -> bool:
     """Whether the policy's forwards run under bfloat16 autocast (``model.autocast``):
     ``bf16`` always, ``off`` never, ``auto`` for a pretrained model (``model.path``) with
     float32 weights on a CPU that multiplies bfloat16 natively (AMX or AVX512-BF16,
-    ``cpu_has_bf16``). The tiny default stays float32 under ``auto`` (its recorded runs are
-    bit-identical), as does every other device (not measured there)."""
+    ``cpu_has_bf16``). The tiny default stays float32 under ``auto``: it runs the float32
+    reference path, which bfloat16 would change for little speed on a model that small;
+    every other device stays float32 too, as autocast was not measured there."""
     mode = getattr(cfg, "autocast", "off")
     if mode in ("bf16", "off"):
         return mode == "bf16"

@@ -215,8 +215,9 @@ def autocast_on(cfg: Any) -> bool:
     float32 weights on a CPU that multiplies bfloat16 natively (AMX or AVX512-BF16,
     ``cpu_has_bf16``). The tiny default stays float32 under ``auto``: it runs the float32
     reference path, which bfloat16 would change for little speed on a model that small;
-    every other device stays float32 too, as autocast was not measured there."""
-    mode = getattr(cfg, "autocast", "off")
+    every other device stays float32 too, as autocast was not measured there. A config
+    object without the key reads as the schema's default, ``auto``."""
+    mode = getattr(cfg, "autocast", "auto")
     if mode in ("bf16", "off"):
         return mode == "bf16"
     cpu = torch.device(cfg.device).type == "cpu"

@@ -68,7 +68,8 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
 
     check_device(cfg.model.device)
     with signals_interrupt():
-        trainer = start_trainer(lambda: Trainer(cfg, run_dir, resume=resume), run_dir)
+        # load_config / resume_config ran the preflight on cfg: the Trainer need not again
+        trainer = start_trainer(lambda: Trainer(cfg, run_dir, resume=resume, checked=True), run_dir)
         say(f"run directory: {run_dir}")
         with interrupt_names(run_dir):
             summary = run_trainer(trainer, run_dir)
@@ -247,7 +248,9 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     run_dir = new_run_dir(cfg)
     say(f"test-time RL on {args.problem!r}: {run_dir}")
     with signals_interrupt(), interrupt_names(run_dir):
-        summary = test_time_rl(lambda: start_trainer(lambda: Trainer(cfg, run_dir), run_dir))
+        summary = test_time_rl(  # load_config ran the preflight on cfg
+            lambda: start_trainer(lambda: Trainer(cfg, run_dir, checked=True), run_dir)
+        )
     if (failed := _plot("plot_run", run_dir)) is not None:
         say(f"plotting failed: {failed}", "yellow")
     say(

@@ -112,8 +112,14 @@ class _Part(Generic[T]):
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
-        check_config(cfg)  # plugins (cfg.imports), registries, env options: before any work
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False, *, checked: bool = False):
+        """A run of ``cfg`` in ``run_dir`` (``resume``: from its newest checkpoint).
+
+        The preflight (``check_config``: plugins, registries, env options) runs here before
+        any work, unless ``checked`` says the caller has run it on this config in this
+        process already (``load_config`` does by default, as the CLI calls it)."""
+        if not checked:
+            check_config(cfg)
         self.cfg, self.dist = cfg, Dist.from_env()  # under torchrun: one data-parallel rank
         self.dir = Path(self.dist.broadcast_object(str(run_dir)))  # rank 0's name everywhere
         self.dir.mkdir(parents=True, exist_ok=True)

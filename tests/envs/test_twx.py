@@ -19,6 +19,7 @@ if shutil.which("java") is None:
     )
 
 from cairn.envs import make
+from cairn.envs._jvm import JvmDied
 from cairn.envs.base import ReplaySnapshot
 from cairn.envs.twx import (
     GAMES,
@@ -231,9 +232,10 @@ def test_unknown_game_parameter_is_reported_at_the_first_reset():
 # -- lifetime ------------------------------------------------------------------------------------
 def test_coin_gold_path_truncation_and_clean_close():
     before = java_children()
-    with TextWorldExpress(game="coin", game_params={"numLocations": 1}, max_steps=2) as twx:
+    coin = {"game": "coin", "game_params": {"numLocations": 1}, "max_steps": 2}
+    with TextWorldExpress(**coin, share_jvm=False) as twx:
         _obs, info = twx.reset(seed=0)
-        assert len(java_children() - before) == 1  # one JVM per env
+        assert len(java_children() - before) == 1  # a JVM of its own
         # one room: the coin is in sight, so "take coin" ends the game with the full score
         assert twx.step("take coin")[1:3] == (1.0, True)
         twx.reset(seed=0)
@@ -242,6 +244,59 @@ def test_coin_gold_path_truncation_and_clean_close():
         assert (term, trunc, info["success"]) == (False, True, False)
     assert java_children() == before
     twx.close()  # idempotent
+
+
+def play(envs: list[TextWorldExpress], seeds: list[int], turns: int) -> list[list[str]]:
+    """Interleaved episodes: each turn, every env takes its first admissible action."""
+    starts = [env.reset(seed=seed) for env, seed in zip(envs, seeds, strict=True)]
+    obs = [[o] for o, _info in starts]
+    admissible = [info["admissible"] for _o, info in starts]
+    for _ in range(turns):
+        for i, env in enumerate(envs):
+            if admissible[i]:
+                o, _r, term, trunc, info = env.step(admissible[i][0])
+                obs[i].append(o)
+                admissible[i] = [] if term or trunc else info["admissible"]
+    return obs
+
+
+def test_envs_of_a_process_share_one_jvm_and_play_as_if_alone():
+    games = [{"game": "coin", "game_params": "numLocations=3"}, {"game": "arithmetic"}]
+    alone = []
+    for options in games:
+        with TextWorldExpress(**options, share_jvm=False) as twx:
+            alone += play([twx], [3], turns=4)
+    before = java_children()
+    envs = [TextWorldExpress(**options) for options in games]
+    try:
+        assert play(envs, [3, 3], turns=4) == alone
+        assert len(java_children() - before) <= 1
+        assert envs[0]._gateway is envs[1]._gateway
+    finally:
+        for twx in envs:
+            twx.close()
+
+
+def test_a_dead_shared_jvm_costs_one_episode_and_the_others_replay():
+    options = {"game": "coin", "game_params": "numLocations=3", "max_steps": 8}
+    with TextWorldExpress(**options, share_jvm=False) as twx:
+        (expected,) = play([twx], [5], turns=3)
+    first, second = TextWorldExpress(**options), TextWorldExpress(**options)
+    try:
+        play([first, second], [4, 5], turns=2)
+        gateway = second._gateway
+        gateway.java_process.kill()
+        gateway.java_process.wait()
+        with pytest.raises(JvmDied, match="exited"):
+            first.step("look around")
+        # the second env moves to a fresh JVM, replays its two moves, and goes on exactly
+        action = second._info(valid=True)["admissible"][0]  # the last state, held in Python
+        assert second.step(action)[0] == expected[3]
+        assert second._gateway is not gateway and second._gateway.java_process.poll() is None
+        assert first.reset(seed=4)[0]  # a reset after the lost episode starts afresh
+    finally:
+        first.close()
+        second.close()
 
 
 @pytest.mark.slow

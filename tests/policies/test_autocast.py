@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import cairn.policies as policies_mod
+import cairn.policies.options as options_mod
 from cairn.data.tokens import collate_scoring
 from cairn.policies import GenerationOptions, HFPolicy, autocast_on, build_policy
 from cairn.policies.lora import LoraSpec, apply_lora
@@ -117,3 +118,38 @@ def test_autocast_defaults_to_auto_and_off_is_read_as_off(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model:\n  autocast: off\n")
     assert load_config(str(path), check=False).model.autocast == "off"
+
+
+@pytest.fixture
+def fresh_detection():
+    options_mod.cpu_has_bf16.cache_clear()
+    yield
+    options_mod.cpu_has_bf16.cache_clear()
+
+
+def _no_timing() -> float:
+    raise AssertionError("the product is timed only where the CPU reports bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("flags", "speedup", "want"),
+    [
+        (False, _no_timing, False),  # no flag: float32, nothing timed
+        (True, lambda: 0.3, False),  # the flag, but emulated: autocast 3x slower
+        (True, lambda: 1.1, False),  # the flag, not enough faster
+        (True, lambda: 2.4, True),  # AMX: 2.4x on one thread
+    ],
+)
+def test_autocast_pays_only_where_the_flag_and_the_timing_agree(
+    monkeypatch, fresh_detection, flags, speedup, want
+):
+    monkeypatch.setattr(options_mod, "bf16_flags", lambda: flags)
+    monkeypatch.setattr(options_mod, "bf16_speedup", speedup)
+    assert options_mod.cpu_has_bf16() is want
+
+
+def test_the_timing_is_a_ratio_on_one_thread_and_restores_the_threads():
+    before = torch.get_num_threads()
+    ratio = options_mod.bf16_speedup(rows=8, width=16, hidden=32, repeats=2)
+    assert 0 < ratio < float("inf")
+    assert torch.get_num_threads() == before

@@ -146,7 +146,15 @@ def test_the_tiny_warmup_rate_with_a_real_model_is_an_error(smol_cache):
 
 
 # -- two LoRA iterations of each preset ------------------------------------------------------------
-@pytest.mark.parametrize("preset", PRESETS)
+#: The preset whose two iterations run in the default suite: its turns are the shortest
+#: (32 new tokens) and it needs no Java. The others take minutes on a CPU without fast
+#: bfloat16 (float32, one thread) and run with `make test-slow`.
+QUICK = "search_qa_smol"
+
+
+@pytest.mark.parametrize(
+    "preset", [p if p == QUICK else pytest.param(p, marks=pytest.mark.slow) for p in PRESETS]
+)
 def test_real_preset_trains_two_lora_iterations(preset, smol_cache, tmp_path, monkeypatch):
     from cairn.cli import main
 
@@ -172,3 +180,7 @@ def test_real_preset_trains_two_lora_iterations(preset, smol_cache, tmp_path, mo
     assert "adapter_model.safetensors" in names and "model.safetensors" not in names
     size = sum(p.stat().st_size for p in ckpt.iterdir())
     assert size < 80e6  # adapters (r 16: 19.6 MB) + their Adam moments, not 1.6 GB
+
+
+def test_the_quick_preset_is_a_real_preset():
+    assert QUICK in PRESETS

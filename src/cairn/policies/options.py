@@ -13,19 +13,24 @@ pretrained models run the component (``cairn.policies.generation_options``).
 ``autocast`` (bfloat16 autocast of the decoder; the output head, the adapters and the
 optimizer state stay float32) applies to sampling and scoring alike, so the behaviour
 log-probs of a rollout and the first epoch's scores come from the same precision regime.
-``cpu_has_bf16`` tells whether this CPU runs bfloat16 matrix products natively (AMX or
-AVX512-BF16), where autocast is worth it. ``inverse_cdf`` (on for pretrained models) draws
-each token from the same distribution as ``torch.multinomial`` by another random stream, one
-uniform per row instead of one exponential per vocabulary entry.
+``cpu_has_bf16`` tells whether autocast pays on this CPU: it must say it multiplies
+bfloat16 natively (AMX or AVX512-BF16) and a decoder-shaped product, timed here, must run
+``BF16_MIN_SPEEDUP`` times faster under autocast than in float32 (flags alone are not
+proof: a CPU that emulates part of the path runs a real model's iteration 10x slower).
+
+``inverse_cdf`` (on for pretrained models) draws each token from the same distribution as
+``torch.multinomial`` by another random stream, one uniform per row instead of one
+exponential per vocabulary entry.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["GenerationOptions", "cpu_has_bf16"]
+__all__ = ["BF16_MIN_SPEEDUP", "GenerationOptions", "bf16_flags", "bf16_speedup", "cpu_has_bf16"]
 
 
 @dataclass(frozen=True)
@@ -93,11 +98,26 @@ class GenerationOptions:
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in changed) or "plain"
 
 
+#: How much faster than float32 a decoder-shaped product must run under bfloat16 autocast
+#: for ``auto`` to choose it. ``bf16_speedup`` measured on one Sapphire Rapids machine,
+#: loaded: 1.9-2.5x with AMX; with oneDNN capped (``ONEDNN_MAX_CPU_ISA``) to AVX512-BF16
+#: without AMX 0.3-0.5x, to AVX512 0.1x, to AVX2 0.01-0.05x. The margin on both sides keeps
+#: a loaded machine's noise from flipping the choice.
+BF16_MIN_SPEEDUP = 1.2
+
+
 @lru_cache(maxsize=1)
 def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively: the ``amx_bf16`` or ``avx512_bf16``
-    flag in /proc/cpuinfo (Linux), else torch's CPU capability (``AVX512_BF16`` /
-    ``AMX``, where this torch reports it)."""
+    """Whether bfloat16 autocast pays on this CPU: it reports native bfloat16 products
+    (``bf16_flags``) and ``bf16_speedup`` measures at least ``BF16_MIN_SPEEDUP``. Checked
+    once per process; the product is timed only where the flags are there."""
+    return bf16_flags() and bf16_speedup() >= BF16_MIN_SPEEDUP
+
+
+def bf16_flags() -> bool:
+    """Whether the CPU says it multiplies bfloat16 natively: the ``amx_bf16`` or
+    ``avx512_bf16`` flag in /proc/cpuinfo (Linux), else torch's CPU capability (``AMX`` /
+    ``BF16`` in its name, where this torch reports it)."""
     try:
         flags = Path("/proc/cpuinfo").read_text(errors="replace").split()
     except OSError:
@@ -111,3 +131,32 @@ def cpu_has_bf16() -> bool:
     except (ImportError, AttributeError, RuntimeError):
         return False
     return "AMX" in capability or "BF16" in capability
+
+
+def bf16_speedup(rows: int = 128, width: int = 576, hidden: int = 1536, repeats: int = 7) -> float:
+    """float32 time over bfloat16-autocast time of one decoder-shaped product (``rows``
+    tokens through a frozen ``width x hidden`` float32 weight, SmolLM2-135M's MLP, cast on
+    every call as autocast casts frozen weights). Timed on one thread, the two precisions
+    alternating, the fastest of ``repeats`` each: another job's load only adds time, so the
+    minimum is the machine's speed and the alternation shares what load remains."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, width, generator=gen)
+    weight = torch.randn(hidden, width, generator=gen)
+    best = {False: float("inf"), True: float("inf")}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for i in range(2 * (repeats + 1)):
+                autocast = bool(i % 2)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    start = time.perf_counter()
+                    torch.nn.functional.linear(x, weight)
+                    took = time.perf_counter() - start
+                if i >= 2:  # the first pair warms the kernels up
+                    best[autocast] = min(best[autocast], took)
+    finally:
+        torch.set_num_threads(threads)
+    return best[False] / max(best[True], 1e-9)

@@ -158,7 +158,8 @@ class ModelConfig(_Section):
     autocast: Literal["auto", "bf16", "off"] = Field(
         "auto", description="bfloat16 autocast of the forward passes (weights, adapters and "
         "optimizer state stay float32); auto: on for a model.path model with float32 weights "
-        "on a CPU with AMX or AVX512-BF16, off for the tiny default and elsewhere."
+        "on a CPU with AMX or AVX512-BF16 where a product timed at start runs >= 1.2x faster, "
+        "off for the tiny default and elsewhere."
     )  # fmt: skip
     device: str = Field("cpu", description="torch device for the policy.")
     attn_implementation: str | None = Field(

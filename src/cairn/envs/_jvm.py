@@ -25,8 +25,9 @@ import os
 import subprocess
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
@@ -36,6 +37,7 @@ __all__ = [
     "claim_dead_jvm",
     "heap_options",
     "jvm_exit_code",
+    "let_go",
     "live_shared_jvms",
     "release_jvm",
     "start_jvm",
@@ -145,6 +147,17 @@ def release_jvm(gateway: JavaGateway, shared: bool = True) -> None:
                     return
                 del _SHARED[key]
     stop_jvm(gateway)
+
+
+def let_go(gateway: JavaGateway | None, simulator: Any, release: Callable[[], Any] | None) -> None:
+    """An env lets go of its JVM: ``simulator`` is detached where the JVM still runs (a
+    shared JVM keeps serving the other envs), then ``release`` (the env's finalizer of
+    ``release_jvm``) runs."""
+    if simulator is not None and gateway is not None and jvm_exit_code(gateway) is None:
+        with contextlib.suppress(Exception):
+            gateway.detach(simulator)
+    if release is not None:
+        release()
 
 
 def live_shared_jvms() -> int:

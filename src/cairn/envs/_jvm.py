@@ -27,7 +27,6 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
@@ -149,7 +148,9 @@ def release_jvm(gateway: JavaGateway, shared: bool = True) -> None:
     stop_jvm(gateway)
 
 
-def let_go(gateway: JavaGateway | None, simulator: Any, release: Callable[[], Any] | None) -> None:
+def let_go(
+    gateway: JavaGateway | None, simulator: object, release: Callable[[], object] | None
+) -> None:
     """An env lets go of its JVM: ``simulator`` is detached where the JVM still runs (a
     shared JVM keeps serving the other envs), then ``release`` (the env's finalizer of
     ``release_jvm``) runs."""

@@ -247,7 +247,7 @@ class ScienceWorld(TextEnv):
 
     # -- episode -------------------------------------------------------------------------
     @_on_live_jvm(replay=False)
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = self._seed = random.randrange(2**31)
         elif isinstance(seed, bool) or not isinstance(seed, Integral):

@@ -149,7 +149,7 @@ class TextWorldExpress(TextEnv):
         self._gold: dict[int, tuple[str, ...]] = {}
 
     # -- episode -------------------------------------------------------------------------
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = self._seed = random.randrange(2**31)
         elif isinstance(seed, bool) or not isinstance(seed, Integral):

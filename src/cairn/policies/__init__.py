@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -31,6 +31,9 @@ from cairn.policies.remote import NO_REMOTE_CODE, check_no_remote_code
 from cairn.policies.smol import alias_dir, is_alias
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.policies.tokenizer import bpe_tokenizer, chat_tokenizer, word_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "Generation",
@@ -224,7 +227,9 @@ def autocast_on(cfg: Any) -> bool:
     return cfg.path is not None and cfg.dtype == "float32" and cpu and cpu_has_bf16()
 
 
-def _tiny_model(cfg: Any, tokenizer: Any, attn: str | None, seed: int) -> torch.nn.Module:
+def _tiny_model(
+    cfg: Any, tokenizer: PreTrainedTokenizerBase, attn: str | None, seed: int
+) -> torch.nn.Module:
     """The tiny default model of ``cfg`` over ``tokenizer``, initialised from ``seed``."""
     config = tiny_config(
         len(tokenizer),

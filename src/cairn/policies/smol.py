@@ -28,9 +28,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn._cache import cache_root
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "ALIASES",
@@ -186,7 +189,7 @@ def check_state_dict(expected: dict[str, Any], given: dict[str, Any]) -> None:
         )
 
 
-def _generation_config(model: Any, tokenizer: Any) -> Any:
+def _generation_config(model: Any, tokenizer: PreTrainedTokenizerBase) -> Any:
     """The model's generation config with every end token listed: the tokenizer's end of
     turn (``<|im_end|>``) and its end of text, where they differ."""
     gen = model.generation_config

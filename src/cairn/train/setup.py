@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from cairn.agent import PromptBuilder, example_completion
 from cairn.envs import make
@@ -25,6 +25,8 @@ from cairn.rollout.envpool.calls import GuardedEnv
 from cairn.train.preflight import TinyKeyWarning, tiny_key_problems, warn_tiny_keys
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from cairn.envs import TextEnv
     from cairn.policies.engines import Engine
     from cairn.policies.hf import HFPolicy
@@ -92,7 +94,9 @@ def describe_format(cfg: Config) -> bool:
     return cfg.model.path is not None if explicit is None else bool(explicit)
 
 
-def prompt_builder(cfg: Config, tokenizer: Any, env: TextEnv | None = None) -> PromptBuilder:
+def prompt_builder(
+    cfg: Config, tokenizer: PreTrainedTokenizerBase, env: TextEnv | None = None
+) -> PromptBuilder:
     """``agent.history`` and ``agent.prompt_style`` over ``tokenizer``'s chat template. From
     ``env``: with the ``tool_call`` format its ``tools`` (for a template that renders them);
     with ``agent.describe_format`` on, its ``demonstration()`` as finished exchanges."""
@@ -157,7 +161,7 @@ def prompt_words(cfg: Config) -> tuple[str, ...]:
     return tuple(words(options)) if words is not None else ()
 
 
-def budget_check(cfg: Config, tokenizer: Any) -> None:
+def budget_check(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> None:
     """``check_token_budget`` on an env of its own (the probe may live in a worker), its
     calls guarded like the probe's."""
     env = GuardedEnv(make(cfg.env.name, **cfg.env.options), cfg.env.name)
@@ -169,7 +173,11 @@ def budget_check(cfg: Config, tokenizer: Any) -> None:
 
 
 def check_token_budget(
-    env: TextEnv | GuardedEnv, tokenizer: Any, fmt: str, rollout: RolloutConfig, prefix: str = ""
+    env: TextEnv | GuardedEnv,
+    tokenizer: PreTrainedTokenizerBase,
+    fmt: str,
+    rollout: RolloutConfig,
+    prefix: str = "",
 ) -> None:
     """Fail in one line when ``rollout.max_new_tokens`` cannot hold the gold action of
     one of the first ``BUDGET_SEEDS`` tasks written in ``fmt`` after the response ``prefix``

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -26,6 +26,10 @@ from cairn._errors import ConfigError
 from cairn.advantages import validate_options
 from cairn.rollout import RolloutSettings
 from cairn.train.schema import AdvantageConfig, AgentConfig, Config, stop_problem
+
+if TYPE_CHECKING:
+    from cairn.agent import PromptBuilder
+    from cairn.envs import TextEnv
 
 __all__ = ["BRANCHING", "CairnVerlConfig", "RolloutSection", "cairn_config", "check_estimator"]
 
@@ -91,7 +95,7 @@ class CairnVerlConfig(BaseModel):
         )  # fmt: skip
         return replace(sampling_settings(view), context_budget=prompt_length)
 
-    def prompt(self, tokenizer: Any, env: Any = None) -> Any:
+    def prompt(self, tokenizer: Any, env: TextEnv | None = None) -> PromptBuilder:
         """The ``PromptBuilder`` of an episode of ``env``: ``cairn train``'s own
         (``cairn.train.setup.prompt_builder``: style, history, and from the env its tools
         and, with ``agent.describe_format``, its demonstration)."""
@@ -99,7 +103,7 @@ class CairnVerlConfig(BaseModel):
 
         return prompt_builder(self._view(), tokenizer, env)
 
-    def _view(self, rollout: Any = None) -> Config:
+    def _view(self, rollout: object = None) -> Config:
         """This block as the parts of a cairn Config the turn step reads; the model is
         verl's, a pretrained one."""
         model = SimpleNamespace(path=PRETRAINED, max_context=None)

@@ -42,7 +42,7 @@ from cairn.rollout import (
 )
 from cairn.train.checkpoint.resume import check_optimizer
 from cairn.train.checkpoint.state import put
-from cairn.train.curriculum import make_curriculum
+from cairn.train.curriculum import Curriculum, make_curriculum
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, SideLearner, build_learners
 from cairn.train.schema import Config
@@ -57,8 +57,12 @@ class TrainParts:
     name (``trainer.policy`` is ``trainer.parts.policy``)."""
 
     env_factory: EnvFactory  # the config's env (evaluation's; training's without curriculum)
-    workers: tuple[Any, ...]  # the env pools' settings (workers, backend, timeout, faults)
-    curriculum: Any  # cairn.train.curriculum's, or None; its level's env options train
+    workers: tuple[
+        int, str, float | None, float
+    ]  # the env pools' settings (workers, backend, timeout, faults)
+    curriculum: (
+        Curriculum | None
+    )  # cairn.train.curriculum's, or None; its level's env options train
     train_envs: EnvPool | WorkerPool
     eval_envs: EnvPool | WorkerPool
     policy: HFPolicy
@@ -145,7 +149,7 @@ class TrainParts:
         self.exploration.close()
 
 
-def _train_factory(env: EnvFactory, curriculum: Any) -> EnvFactory:
+def _train_factory(env: EnvFactory, curriculum: Curriculum | None) -> EnvFactory:
     if curriculum is None:
         return env
     return replace(env, options=curriculum.env_options(env.options))

@@ -21,9 +21,12 @@ kept; any other cache class keeps nothing, and generation then prefills every pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 __all__ = ["KeptCaches", "plain_layers", "weights_version"]
 
@@ -36,7 +39,7 @@ def weights_version(model: torch.nn.Module) -> int:
     return sum(p._version for p in model.parameters())
 
 
-def plain_layers(cache: Any) -> list[Any] | None:
+def plain_layers(cache: object) -> list[Any] | None:
     """The layers of ``cache`` when each is a plain key and value tensor (no sliding
     window), else None."""
     layers = getattr(cache, "layers", None)
@@ -68,7 +71,7 @@ class KeptCaches:
                     return key
         return None
 
-    def keep(self, cache: Any, attn: torch.Tensor, j: int, seq: Sequence[int]) -> None:
+    def keep(self, cache: object, attn: torch.Tensor, j: int, seq: Sequence[int]) -> None:
         """Keep row ``j`` of ``cache`` for the tokens ``seq``: the first ``len(seq)``
         columns that ``attn`` (the batch's attention mask) attends to."""
         layers = plain_layers(cache)
@@ -84,7 +87,7 @@ class KeptCaches:
 
     def batch(
         self, keys: Sequence[tuple[int, ...] | None], device: torch.device
-    ) -> tuple[Any, torch.Tensor]:
+    ) -> tuple[DynamicCache, torch.Tensor]:
         """(DynamicCache, attention mask (U, T)) of the kept rows ``keys`` (None: none),
         left-padded to the longest (T columns; padding masked out)."""
         from transformers import DynamicCache

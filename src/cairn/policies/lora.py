@@ -20,10 +20,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from cairn.data.tokens import TokenBatch
 
 __all__ = [
     "AdaptedModel",
@@ -96,11 +99,11 @@ class AdaptedModel(Protocol):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
-    def eval(self) -> Any: ...
+    def eval(self) -> object: ...
 
-    def train(self, mode: bool = True) -> Any: ...
+    def train(self, mode: bool = True) -> object: ...
 
-    def disable_adapter(self) -> AbstractContextManager[Any]: ...
+    def disable_adapter(self) -> AbstractContextManager[object]: ...
 
     def merge_adapter(self) -> None: ...
 
@@ -203,7 +206,7 @@ class AdapterDisabled(torch.nn.Module):
 
 @torch.no_grad()
 def reference_logprobs(
-    policy: Any, ref_model: torch.nn.Module, tokens: Any, temperature: float
+    policy: Any, ref_model: torch.nn.Module, tokens: TokenBatch, temperature: float
 ) -> list[list[float]]:
     """Per-row action log-probs under ``ref_model`` (the KL reference), scored like
     ``policy`` scores, in chunks of about 1024 rows: one list per token-batch row.
@@ -214,7 +217,7 @@ def reference_logprobs(
     would run the whole model and its output head over every row's full context.
     """
     if isinstance(ref_model, AdapterDisabled):
-        scope: AbstractContextManager[Any] = ref_model.switched_off()
+        scope: AbstractContextManager[object] = ref_model.switched_off()
         ref = policy.with_model(ref_model.adapted)
     else:
         scope, ref = nullcontext(), policy.with_model(ref_model)

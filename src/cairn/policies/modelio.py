@@ -49,16 +49,16 @@ def output_cache(out: Any) -> Any:
     return out.cache if hasattr(out, "cache") else out.past_key_values
 
 
-def _unwrapped(model: torch.nn.Module) -> Any:
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     """A PEFT wrapper's base model, else ``model``."""
     base = getattr(model, "get_base_model", None)
     return base() if base is not None else model
 
 
-_CACHE_KWARG: dict[Any, str] = {}  # model class -> ``_cache_kwarg_of``
+_CACHE_KWARG: dict[type[torch.nn.Module], str] = {}  # model class -> ``_cache_kwarg_of``
 
 
-def _cache_kwarg_of(cls: Any) -> str:
+def _cache_kwarg_of(cls: type[torch.nn.Module]) -> str:
     """``cache_kwarg`` of a model class (its forward's parameter name)."""
     if cls not in _CACHE_KWARG:
         names = signature(cls.forward).parameters

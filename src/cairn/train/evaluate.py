@@ -30,7 +30,14 @@ from cairn._files import check_regular
 from cairn.agent import PromptBuilder
 from cairn.envs import TextEnv
 from cairn.policies import HFPolicy, build_policy
-from cairn.rollout import RolloutSettings, make_env_pool, rollout, tasks_for_groups
+from cairn.rollout import (
+    EnvPool,
+    RolloutSettings,
+    WorkerPool,
+    make_env_pool,
+    rollout,
+    tasks_for_groups,
+)
 from cairn.rollout.envpool.calls import GuardedEnv
 from cairn.train.checkpoint.read import Checkpoint, latest_checkpoint
 from cairn.train.config import load_config
@@ -59,7 +66,7 @@ def eval_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSetting
 
 @torch.no_grad()
 def greedy_eval(
-    policy: HFPolicy, envs: Any, prompt: PromptBuilder, cfg: Config
+    policy: HFPolicy, envs: EnvPool | WorkerPool, prompt: PromptBuilder, cfg: Config
 ) -> dict[str, float]:
     """``eval.episodes`` greedy episodes on the held-out seeds: ``eval/*`` episode stats."""
     seeds = cfg.eval.seed_offset + np.arange(cfg.eval.episodes)
@@ -69,7 +76,9 @@ def greedy_eval(
 
 
 @contextmanager
-def open_checkpoint(cfg: Config, checkpoint: Path) -> Iterator[tuple[HFPolicy, Any, PromptBuilder]]:
+def open_checkpoint(
+    cfg: Config, checkpoint: Path
+) -> Iterator[tuple[HFPolicy, EnvPool | WorkerPool, PromptBuilder]]:
     """(policy, env pool, prompt builder) of ``checkpoint``, read-only: weights and tokenizer
     only, no resuming Trainer; the envs are closed on exit."""
     factory = config_env_factory(cfg, held_out=True)

@@ -13,7 +13,7 @@ import cairn.policies.options as options_mod
 from cairn.data.tokens import collate_scoring
 from cairn.policies import GenerationOptions, HFPolicy, autocast_on, build_policy
 from cairn.policies.lora import LoraSpec, apply_lora
-from cairn.train.schema import ModelConfig
+from cairn.train.rollout_sections import ModelConfig
 
 
 def _prompts(policy: HFPolicy, env) -> list[list[int]]:

@@ -26,7 +26,7 @@ from cairn.policies import sharing as sharing_mod
 from cairn.policies.lora import LoraSpec, apply_lora
 from cairn.policies.sharing import SharedPath, _common_prefix, _partition
 from cairn.policies.tiny import build_tiny_model, tiny_config
-from cairn.train.schema import ModelConfig
+from cairn.train.rollout_sections import ModelConfig
 
 
 def _policy(arch: str = "llama", attn: str = "eager") -> tuple[HFPolicy, list[list[int]]]:

@@ -16,7 +16,7 @@ import pytest
 
 import cairn.policies as policies_mod
 from cairn.policies import autocast_on
-from cairn.train.schema import ModelConfig
+from cairn.train.rollout_sections import ModelConfig
 
 POLICIES = Path(policies_mod.__file__).parent
 

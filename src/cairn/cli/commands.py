@@ -265,7 +265,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
     from cairn.train.config import load_config
-    from cairn.train.schema import TINY_MODEL_KEYS, describe
+    from cairn.train.rollout_sections import TINY_MODEL_KEYS
+    from cairn.train.schema import describe
 
     if args.keys:
         for key, default, help_ in describe():

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from cairn.policies.engines import Engine
     from cairn.policies.hf import HFPolicy
     from cairn.train.distributed import Dist
-    from cairn.train.schema import Config, RolloutConfig
+    from cairn.train.rollout_sections import RolloutConfig
+    from cairn.train.schema import Config
 
 __all__ = [
     "TinyKeyWarning",

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from cairn._errors import ConfigError
 from cairn.advantages import validate_options
 from cairn.rollout import RolloutSettings
-from cairn.train.schema import AdvantageConfig, AgentConfig, Config, stop_problem
+from cairn.train.rollout_sections import AgentConfig, stop_problem
+from cairn.train.schema import AdvantageConfig, Config
 
 __all__ = ["BRANCHING", "CairnVerlConfig", "RolloutSection", "cairn_config", "check_estimator"]
 

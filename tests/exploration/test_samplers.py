@@ -10,7 +10,7 @@ import torch
 from cairn.agent import PromptBuilder
 from cairn.data.tokens import TokenBatch, collate_scoring
 from cairn.envs import make
-from cairn.envs.integration import parse_candidate
+from cairn.envs.antiderivative import parse_candidate
 from cairn.exploration.self_search import SelfSearch
 from cairn.exploration.sge import OUTCOME_WORDS, SGEStrategy
 from cairn.exploration.variants import Curriculum, Node, SymbolicVariants, build_tree

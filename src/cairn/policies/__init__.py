@@ -38,7 +38,6 @@ __all__ = [
     "HFPolicy",
     "autocast_on",
     "build_policy",
-    "context_budget",
     "generation_options",
     "local_tokenizer",
     "save_model_dir",
@@ -114,20 +113,6 @@ def save_model_dir(policy: HFPolicy, folder: Path) -> Path:
     return folder
 
 
-def context_budget(policy: HFPolicy, max_context: int | None, max_new_tokens: int) -> int:
-    """Prompt tokens allowed: ``max_context`` (else the model config's
-    ``max_position_embeddings``) minus the ``max_new_tokens`` a completion may add."""
-    limit = max_context or getattr(policy.model.config, "max_position_embeddings", None)
-    if limit is None:
-        raise ValueError("set model.max_context: the model config has no max_position_embeddings")
-    if limit <= max_new_tokens:
-        raise ValueError(
-            f"model.max_context {limit} leaves no room for a prompt: it must exceed "
-            f"rollout.max_new_tokens {max_new_tokens}"
-        )
-    return int(limit) - max_new_tokens
-
-
 def build_policy(
     cfg: Any,
     env: TextEnv,
@@ -139,7 +124,7 @@ def build_policy(
 ) -> HFPolicy:
     """The policy of a run: from ``checkpoint`` when given, else from ``cfg`` (ModelConfig);
     ``extra_words``: prompt words the tiny default's tokenizer must know beyond the env's
-    (``cairn.train.setup.prompt_words``); ``extend_turns``: each turn's prompt extends the
+    (``cairn.train.settings.prompt_words``); ``extend_turns``: each turn's prompt extends the
     last turn's prompt and reply (``generation_options``)."""
     hf_logging.disable_progress_bar()
     dtype = _DTYPES[cfg.dtype]
@@ -188,7 +173,7 @@ def generation_options(cfg: Any, extend_turns: bool = False) -> GenerationOption
     rows while generating, run their prompts' shared prefix once and keep its blocks
     between calls, continue each episode's
     KV cache where a turn's prompt extends the last (``extend_turns``:
-    ``cairn.train.setup.turns_extend``), and score in buckets of similar length; the tiny
+    ``cairn.train.settings.turns_extend``), and score in buckets of similar length; the tiny
     default runs the plain path, the reference those are tested against: its prompts are
     short enough that sharing buys little, and the inverse-CDF draws and bucketed scoring
     would change its sampled tokens and the last bits of its losses, so a seed of the demo

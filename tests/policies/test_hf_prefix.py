@@ -15,7 +15,6 @@ import torch
 from cairn.data.tokens import collate_scoring
 from cairn.envs import make
 from cairn.policies import (
-    BUCKET_COST_CPU,
     GenerationOptions,
     HFPolicy,
     build_policy,
@@ -24,6 +23,7 @@ from cairn.policies import (
 )
 from cairn.policies import sharing as sharing_mod
 from cairn.policies.lora import LoraSpec, apply_lora
+from cairn.policies.options import BUCKET_COST_CPU
 from cairn.policies.rowplan import common_prefix, partition
 from cairn.policies.sharing import SharedPath
 from cairn.policies.tiny import build_tiny_model, tiny_config

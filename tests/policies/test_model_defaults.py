@@ -15,8 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 import cairn.policies as policies_mod
+import cairn.policies.options as options_mod
 from cairn.policies import autocast_on
-from cairn.train.schema import ModelConfig
+from cairn.train.rollout_sections import ModelConfig
 
 POLICIES = Path(policies_mod.__file__).parent
 
@@ -62,7 +63,7 @@ def test_the_check_reports_a_fallback_that_differs(tmp_path):
 def test_a_config_without_autocast_decides_as_the_schema_default(monkeypatch, bf16_cpu, path):
     """A pretrained model on a bf16 CPU runs under autocast whether the config says ``auto``
     or says nothing; the tiny default and a CPU without bfloat16 stay float32 either way."""
-    monkeypatch.setattr(policies_mod, "cpu_has_bf16", lambda: bf16_cpu)
+    monkeypatch.setattr(options_mod, "cpu_has_bf16", lambda: bf16_cpu)
     schema = ModelConfig.model_construct(**{**ModelConfig().model_dump(), "path": path})
     bare = SimpleNamespace(path=path, dtype="float32", device="cpu")
     assert schema.autocast == "auto"

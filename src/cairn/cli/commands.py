@@ -58,7 +58,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "names: you named it)"
         )
     cfg = load_config(args.config, args.overrides)  # before torch is imported: errors are quick
-    from cairn.train.setup import new_run_dir
+    from cairn.train.rundir import new_run_dir
 
     return _train(cfg, new_run_dir(cfg), resume=False)
 
@@ -227,7 +227,7 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     from cairn.exploration.variants import test_time_rl
     from cairn.train.checkpoint.read import latest_checkpoint
     from cairn.train.config import load_config
-    from cairn.train.setup import new_run_dir
+    from cairn.train.rundir import new_run_dir
     from cairn.train.trainer import Trainer
 
     problem = json.dumps(args.problem)  # a quoted YAML string
@@ -265,7 +265,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
     from cairn.train.config import load_config
-    from cairn.train.schema import TINY_MODEL_KEYS, describe
+    from cairn.train.rollout_sections import TINY_MODEL_KEYS
+    from cairn.train.schema import describe
 
     if args.keys:
         for key, default, help_ in describe():

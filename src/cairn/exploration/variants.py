@@ -84,7 +84,7 @@ class SymbolicVariants(_IntegrationProblems):
     """``symbolic``: easier integrands by rewriting the expression tree."""
 
     def variants(self, problem: str, n: int, rng: np.random.Generator) -> list[str]:
-        from cairn.envs.integration import parse_candidate
+        from cairn.envs.antiderivative import parse_candidate
 
         expr = parse_candidate(problem)
         size = sp.count_ops(expr)
@@ -149,7 +149,7 @@ class LLMVariants(_IntegrationProblems):
         self.policy, self.max_new_tokens, self.calls = policy, max_new_tokens, 0
 
     def variants(self, problem: str, n: int, rng: np.random.Generator) -> list[str]:
-        from cairn.envs.integration import parse_candidate
+        from cairn.envs.antiderivative import parse_candidate
 
         temperature = TEMPERATURES[self.calls % len(TEMPERATURES)]
         self.calls += 1

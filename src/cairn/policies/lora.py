@@ -36,6 +36,7 @@ __all__ = [
     "as_adapted",
     "has_adapters",
     "load_adapters",
+    "lora_spec",
     "merged_state_dict",
     "plain_model",
     "reference_logprobs",
@@ -73,6 +74,15 @@ class LoraSpec:
                 )
         elif not targets or not all(isinstance(t, str) and t for t in targets):
             raise ValueError(f"lora target_modules must be non-empty names, got {targets!r}")
+
+
+def lora_spec(lora: Any) -> LoraSpec:
+    """The ``LoraSpec`` of a config's ``model.lora`` section (or a mapping of its keys)."""
+    data = lora.model_dump() if hasattr(lora, "model_dump") else dict(lora)
+    targets = data.get("target_modules", "all-linear")
+    if not isinstance(targets, str):
+        data["target_modules"] = tuple(targets)
+    return LoraSpec(**data)
 
 
 def _peft():

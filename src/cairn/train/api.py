@@ -113,7 +113,7 @@ def train(
 
     ``resume``: continue the run in ``run_dir`` from its last checkpoint (the config given
     must be the run's, as with ``cairn train --resume``)."""
-    from cairn.train.setup import new_run_dir
+    from cairn.train.rundir import new_run_dir
     from cairn.train.trainer import Trainer
 
     cfg = resolve(config, overrides)

@@ -40,13 +40,9 @@ if TYPE_CHECKING:
     from cairn._registry import ImportRegistry
     from cairn.exploration.config import MemorySection
 from cairn.plugins import load_plugins
-from cairn.train.schema import (
-    TINY_MODEL_KEYS,
-    Config,
-    check_model_path,
-    config_problem,
-    config_problems,
-)
+from cairn.train.problems import config_problem, config_problems
+from cairn.train.rollout_sections import TINY_MODEL_KEYS, check_model_path
+from cairn.train.schema import Config
 
 __all__ = [
     "TinyKeyWarning",

@@ -52,7 +52,7 @@ from cairn.envs import ENVS, code_options
 from cairn.plugins import load_plugins
 from cairn.train.checkpoint.runconfig import apply_changes
 from cairn.train.configfile import apply_overrides, parse_mapping
-from cairn.train.schema import DEMO_ENV
+from cairn.train.rollout_sections import DEMO_ENV
 
 __all__ = [
     "STORE",

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from cairn._errors import ConfigError
 from cairn.advantages import validate_options
 from cairn.rollout import RolloutSettings
-from cairn.train.schema import AdvantageConfig, AgentConfig, Config, stop_problem
+from cairn.train.rollout_sections import AgentConfig, stop_problem
+from cairn.train.schema import AdvantageConfig, Config
 
 if TYPE_CHECKING:
     from cairn.agent import PromptBuilder
@@ -79,11 +80,11 @@ class CairnVerlConfig(BaseModel):
         prompt_length: int | None = None,
     ) -> RolloutSettings:
         """cairn's rollout settings for the agent loop: ``cairn train``'s own mapping
-        (``cairn.train.setup.sampling_settings``), so every ``agent`` key passes through
+        (``cairn.train.settings.sampling_settings``), so every ``agent`` key passes through
         with its meaning there; free text (no admissible-action restriction); a pretrained
         model, so ``agent.describe_format`` unset means on; the context budget is verl's
         ``rollout.prompt_length`` (old turns are dropped to fit it, not left-truncated)."""
-        from cairn.train.setup import sampling_settings  # torch: only where verl runs
+        from cairn.train.settings import sampling_settings  # torch: only where verl runs
 
         cap = self.rollout.max_new_tokens or response_length
         view = self._view(
@@ -97,9 +98,9 @@ class CairnVerlConfig(BaseModel):
 
     def prompt(self, tokenizer: Any, env: TextEnv | None = None) -> PromptBuilder:
         """The ``PromptBuilder`` of an episode of ``env``: ``cairn train``'s own
-        (``cairn.train.setup.prompt_builder``: style, history, and from the env its tools
+        (``cairn.train.settings.prompt_builder``: style, history, and from the env its tools
         and, with ``agent.describe_format``, its demonstration)."""
-        from cairn.train.setup import prompt_builder
+        from cairn.train.settings import prompt_builder
 
         return prompt_builder(self._view(), tokenizer, env)
 

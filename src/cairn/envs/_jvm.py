@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
@@ -46,6 +48,11 @@ __all__ = [
 
 def start_jvm(jar: str, cwd: str, java_opts: Sequence[str] = ()) -> JavaGateway:
     """Launch ``jar``'s JVM (it exits when this process does) and connect to it."""
+    if shutil.which("java") is None:
+        raise FileNotFoundError(
+            f"{Path(jar).name} runs in a JVM and `java` is not on PATH: install a Java runtime "
+            "(e.g. apt install default-jre-headless) or put its bin folder on PATH"
+        )
     port, process = launch_gateway(
         classpath=jar, javaopts=list(java_opts), die_on_exit=True, cwd=cwd, return_proc=True
     )

@@ -4,6 +4,8 @@ A script lives in the folder of its record (``benchmarks/<study>/<script>.py`` w
 ``benchmarks/results/<study>/``), or at the top of benchmarks/ when it serves every record;
 its row in the index names its path, what it measures, its record and how long it runs.
 The modules the scripts share (``benchmarks/_lib/``) are no scripts: they have no row.
+Every Markdown record under ``benchmarks/results/`` is named in the index by its path, and
+every record path the index names exists.
 """
 
 from __future__ import annotations
@@ -61,6 +63,53 @@ def test_the_check_fails_for_a_script_missing_from_the_index(tmp_path):
     (tmp_path / "_lib" / "records.py").write_text("")  # nor are the shared modules
     text = "| `speed/old.py` | speed | what | `results/speed/old.md` | 1 s |\n"
     assert missing(tmp_path, text) == {"speed/new.py"}
+
+
+#: A record named in the index: its path under benchmarks/ (``results/<study>/<name>.md``),
+#: with or without the leading ``benchmarks/``. A glob (``*``) is caught as a path that does
+#: not exist: each record is named on its own.
+RECORD = re.compile(r"(?<!\w)(results/[\w/*.-]+\.md)\b")
+
+
+def records(root: Path = BENCH) -> set[str]:
+    """Every Markdown record under ``root/results``, as a path relative to ``root``."""
+    return {p.relative_to(root).as_posix() for p in (root / "results").rglob("*.md")}
+
+
+def named_records(text: str) -> set[str]:
+    return set(RECORD.findall(text))
+
+
+def record_mismatch(root: Path, text: str) -> tuple[set[str], set[str]]:
+    """(records the index does not name, paths it names that are no record)."""
+    found, named = records(root), named_records(text)
+    return found - named, named - found
+
+
+def test_the_index_names_every_record_and_only_records_that_exist():
+    found = records()
+    assert len(found) > 20, found  # the glob sees the study folders
+    unnamed, absent = record_mismatch(BENCH, INDEX.read_text())
+    assert unnamed == set(), "name these records in benchmarks/README.md"
+    assert absent == set(), "benchmarks/README.md names records that do not exist"
+
+
+def test_the_record_check_reports_an_unnamed_record_and_a_missing_one(tmp_path):
+    """A record nobody names and a named path with no file are both reported, and a glob
+    does not stand for the records it would match."""
+    (tmp_path / "results" / "speed").mkdir(parents=True)
+    for name in ("old.md", "new.md", "old_rerun.md"):
+        (tmp_path / "results" / "speed" / name).write_text("# A record\n")
+    (tmp_path / "results" / "speed" / "old.png").write_bytes(b"")  # only .md are records
+    text = (
+        "| `speed/old.py` | speed | what | `results/speed/old.md`, `.png` | 1 s |\n"
+        "| `speed/x.py` | speed | what | `benchmarks/results/speed/gone.md` | 1 s |\n"
+        "| `speed/y.py` | speed | what | `results/speed/old*.md` | 1 s |\n"
+    )
+    assert record_mismatch(tmp_path, text) == (
+        {"results/speed/new.md", "results/speed/old_rerun.md"},
+        {"results/speed/gone.md", "results/speed/old*.md"},
+    )
 
 
 def test_every_row_names_an_existing_script_and_fills_every_column():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cairn._errors import ConfigError
 from cairn.cli import main
 
 LADDER = str(Path(__file__).resolve().parents[1] / "configs" / "integration_ladder.yaml")
@@ -144,3 +145,61 @@ def test_config_keys_prints_regex_defaults_verbatim(capsys, monkeypatch):
     line = next(x for x in out.splitlines() if x.startswith("x.search_pattern"))
     assert r"'^\\s*search\\s*\\[(.*)\\]\\s*$'" in line  # repr of the regex, "\[" kept
     assert "[bold]" not in out and "[dim]" not in out
+
+
+# -- one preflight per run ---------------------------------------------------------------------
+#: Two iterations of the tiny demo, as fast as a full `cairn train` gets.
+TINY = ["train.iterations=2", "train.time_budget_s=null", "rollout.groups=1"]
+TINY += ["rollout.group_size=2", "eval.episodes=1", "eval.at_start=false", "log.progress=false"]
+TINY += ["train.threads=1", "optim.epochs=1", "checkpoint.every=1"]
+
+
+def _sets(*items: str) -> list[str]:
+    return [x for item in items for x in ("--set", item)]
+
+
+@pytest.fixture
+def preflights(monkeypatch):
+    """The configs the preflight (``check_config``) is run on, whichever module calls it."""
+    import cairn.train.trainer  # noqa: F401  (imported by the commands; binds the name too)
+    from cairn.train import preflight
+
+    calls, original = [], preflight.check_config
+
+    def counting(cfg):
+        calls.append(cfg)
+        return original(cfg)
+
+    cairn_modules = [m for name, m in list(sys.modules.items()) if name.startswith("cairn")]
+    bound = [m for m in cairn_modules if vars(m).get("check_config") is original]
+    assert {"cairn.train.config", "cairn.train.trainer"} <= {m.__name__ for m in bound}
+    for module in bound:
+        monkeypatch.setattr(module, "check_config", counting)
+    return calls
+
+
+def test_cairn_train_runs_the_preflight_once(tmp_path, preflights):
+    assert main(["train", *_sets(*TINY, f"out_dir={tmp_path}")]) == 0
+    assert len(preflights) == 1
+    (run,) = tmp_path.iterdir()
+    preflights.clear()
+    assert main(["train", "--resume", str(run), *_sets("train.iterations=3")]) == 0
+    assert len(preflights) == 1  # the resumed config, amended by --set
+
+
+def test_cairn_ttrl_runs_the_preflight_once(tmp_path, preflights):
+    sets = ["train.iterations=1", "train.max_episodes=null", "rollout.groups=1"]
+    sets += ["rollout.group_size=2", "log.progress=false", f"out_dir={tmp_path}"]
+    assert main(["ttrl", LADDER, "--problem", "3*x**2", *_sets(*sets)]) == 0
+    assert len(preflights) == 1
+
+
+def test_a_trainer_built_from_code_runs_the_preflight_itself(tmp_path, preflights):
+    """Outside the CLI nobody has checked the config: the Trainer does, before any work."""
+    from cairn.train.config import load_config
+    from cairn.train.trainer import Trainer
+
+    cfg = load_config(None, ["env.name=no_such_env"], check=False)
+    with pytest.raises(ConfigError, match="no_such_env"):
+        Trainer(cfg, tmp_path / "run")
+    assert len(preflights) == 1 and not (tmp_path / "run").exists()

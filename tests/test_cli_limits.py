@@ -188,7 +188,7 @@ def test_the_limits_are_stated_in_config_keys(capsys):
     ],
 )
 def test_run_names(name, ok):
-    from cairn.train.schema import run_name_problem
+    from cairn.train.limits import run_name_problem
 
     assert (run_name_problem(name) is None) is ok
 

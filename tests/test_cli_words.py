@@ -9,7 +9,7 @@ import yaml
 
 from cairn.cli import main
 from cairn.train.config import load_config
-from cairn.train.schema import TINY_MODEL_KEYS
+from cairn.train.rollout_sections import TINY_MODEL_KEYS
 
 
 def test_train_help_names_the_common_keys_and_the_progress_abbreviations(capsys):

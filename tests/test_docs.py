@@ -22,6 +22,9 @@ CODE_REF = re.compile(
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 LINE_ANCHOR = re.compile(r"\.py#L\d|\w\.py:\d")
 MACHINE_PATH = re.compile(r"(?:^|[\s`'\"(])(/work/|/home/|/tmp/|/root/|/Users/|/mnt/|[A-Z]:\\)")
+#: History where a reader wants the present: an issue number, or a promise about earlier
+#: runs instead of the reason a path is kept. CHANGELOG.md is the place for history.
+HISTORY = re.compile(r"\bissues? #?\d+|\brecorded runs\b", re.IGNORECASE)
 
 
 def _rel(page: Path) -> str:
@@ -112,6 +115,19 @@ def test_no_machine_paths(page):
     assert not bad, f"{_rel(page)} names paths outside the repository: {bad}"
 
 
+def test_code_and_docs_say_what_and_why_not_when():
+    """A reader of the code or the docs has no issue tracker: name the work and the reason."""
+    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "src").rglob("*.py")]
+    files += [*(ROOT / "src").rglob("*.md")]
+    bad = [
+        f"{_rel(path)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if HISTORY.search(line)
+    ]
+    assert bad == []
+
+
 def test_the_checks_catch_what_they_check(tmp_path):
     """Each pattern flags a known bad example (so a green run means something)."""
     assert CODE_REF.search("[`gigpo.py: step_groups`](../../src/cairn/advantages/gigpo.py)")
@@ -119,6 +135,9 @@ def test_the_checks_catch_what_they_check(tmp_path):
     assert "no_such_function" not in _names(ROOT / "src/cairn/advantages/gigpo.py")
     assert LINE_ANCHOR.search("[`grouping.py:161-177`](grouping.py#L161-L177)")
     assert MACHINE_PATH.search("see `/work/shared/ALGORITHMS.md`")
+    assert HISTORY.search("(issue 26: aliases)") and HISTORY.search("as Issue #7 asked")
+    assert HISTORY.search("so its recorded runs stay bit-identical")
+    assert not HISTORY.search("every other weight stays bit-identical; 3 issues found")
 
 
 def test_readme_lists_every_package_and_points_to_the_benchmark_index():

@@ -32,11 +32,12 @@ import numpy as np
 import torch
 
 from cairn.data.episode import Episode
+from cairn.policies.budget import context_budget
 from cairn.rollout import RolloutContext, make_strategy
 from cairn.train.checkpoint.read import Checkpoint
 from cairn.train.evaluate import greedy_eval, open_checkpoint
 from cairn.train.schema import Config
-from cairn.train.setup import sampling_settings
+from cairn.train.settings import sampling_settings
 
 __all__ = [
     "SAMPLERS",
@@ -92,7 +93,8 @@ def sample_held_out(
     seeds = cfg.eval.seed_offset + np.arange(tasks)
     groups: dict[str, list[list[Episode]]] = {}
     with open_checkpoint(cfg, checkpoint.path) as (policy, envs, prompt):
-        settings = sampling_settings(cfg, policy)
+        budget = context_budget(policy, cfg.model.max_context, cfg.rollout.max_new_tokens)
+        settings = sampling_settings(cfg, budget)
         for name in samplers:
             generator = torch.Generator().manual_seed(cfg.seed)  # same stream for each sampler
             ctx = RolloutContext(policy, envs, prompt, settings, generator, 0)

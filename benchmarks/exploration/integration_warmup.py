@@ -38,7 +38,7 @@ from pathlib import Path
 
 from cairn.agent import parse_action
 from cairn.envs import make
-from cairn.envs.integration import TERMS
+from cairn.envs.integrands import TERMS
 from cairn.train.config import load_config
 from cairn.train.trainer import Trainer
 from cairn.train.warmup import supervised_passes

@@ -38,11 +38,12 @@ sys.path.insert(0, str(ROOT / "src"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from cairn.policies.budget import context_budget  # noqa: E402
 from cairn.rollout import EnvFactory, RolloutContext, make_env_pool, make_strategy  # noqa: E402
 from cairn.train.config import load_config  # noqa: E402
 from cairn.train.evaluate import open_checkpoint  # noqa: E402
 from cairn.train.schema import Config  # noqa: E402
-from cairn.train.setup import sampling_settings  # noqa: E402
+from cairn.train.settings import sampling_settings  # noqa: E402
 from cairn.train.summary import task_blind_share  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
@@ -85,7 +86,8 @@ def measure(cfg: Config, tasks: int, n: int, only: list[int] | None = None) -> l
     seeds = [cfg.eval.seed_offset + i for i in range(tasks)]
     rows = []
     with open_checkpoint(cfg, None) as (policy, _, prompt):
-        settings = sampling_settings(cfg, policy)
+        budget = context_budget(policy, cfg.model.max_context, cfg.rollout.max_new_tokens)
+        settings = sampling_settings(cfg, budget)
         chosen = [x for k, x in enumerate(levels(cfg)) if only is None or k in only]
         for label, options in chosen:
             envs = make_env_pool(EnvFactory.of(cfg.env.name, **options), 0)

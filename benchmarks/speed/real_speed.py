@@ -141,7 +141,7 @@ def prompt_tokens(preset: str, overrides: list[str], turns: int = 3) -> dict:
     from cairn.policies.smol import alias_dir
     from cairn.rollout.turn import instruction_for
     from cairn.train.config import load_config
-    from cairn.train.setup import prompt_builder, sampling_settings
+    from cairn.train.settings import prompt_builder, sampling_settings
 
     cfg = load_config(preset, overrides)
     tok = AutoTokenizer.from_pretrained(alias_dir(cfg.model.path))

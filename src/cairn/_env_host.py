@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -122,7 +122,7 @@ class EnvFactory:
     """``make(name, **options)`` that also works where ``name`` was never registered."""
 
     name: str
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, object] = field(default_factory=dict)
     target: str = ""  # "package.module:Class", from the registry of the process that built it
     extra: str | None = None
     imports: tuple[str, ...] = ()  # the config's ``imports``: loaded before the env is built

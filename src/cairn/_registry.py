@@ -15,14 +15,17 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 __all__ = ["ImportRegistry", "check_options"]
 
 
 def check_options(
-    fn: Callable[..., Any], options: dict[str, Any], what: str, context: Collection[str] = ()
+    fn: Callable[..., object],
+    options: Mapping[str, object],
+    what: str,
+    context: Collection[str] = (),
 ) -> None:
     """Raise ValueError naming each key of ``options`` that ``fn`` does not accept.
 
@@ -68,7 +71,7 @@ class ImportRegistry:
             else:
                 self.register(name, target[0], target[1], **(target[2] if len(target) > 2 else {}))
 
-    def register(self, name: str, target: Any, extra: str | None = None, **traits: Any) -> None:
+    def register(self, name: str, target: object, extra: str | None = None, **traits: Any) -> None:
         """Add ``name`` -> ``target`` (``"package.module:Name"`` or the object itself)."""
         if name in self.entries and self.entries[name][0] != target:
             raise ValueError(
@@ -110,7 +113,9 @@ class ImportRegistry:
             ) from err
         return getattr(module, attr)
 
-    def validate(self, name: str, options: dict[str, Any], context: Collection[str] = ()) -> None:
+    def validate(
+        self, name: str, options: Mapping[str, object], context: Collection[str] = ()
+    ) -> None:
         """Check ``options`` for ``name`` without building it; ``context`` names are not options."""
         target = self.get(name)
         clash = sorted(set(options) & set(context))
@@ -125,7 +130,7 @@ class ImportRegistry:
             return
         check_options(target, options, f"{self.kind} {name!r}", context)
 
-    def probe(self, name: str, options: dict[str, Any]) -> None:
+    def probe(self, name: str, options: Mapping[str, object]) -> None:
         """``validate``, then check the values by building one and closing it: for things
         whose constructors only check and store their options (an env starts any process
         at reset). Raises ValueError naming the thing, its options and the problem."""
@@ -138,11 +143,13 @@ class ImportRegistry:
         if callable(close):
             close()
 
-    def make(self, name: str, **options: Any) -> Any:
+    def make(self, name: str, **options: object) -> Any:
         self.validate(name, options)
         return self.get(name)(**options)
 
-    def build(self, name: str, options: dict[str, Any] | None = None, **context: Any) -> Any:
+    def build(
+        self, name: str, options: Mapping[str, object] | None = None, **context: object
+    ) -> Any:
         """``name`` built from ``options`` plus the ``context`` values its signature takes."""
         options = dict(options or {})
         self.validate(name, options, context)

@@ -174,7 +174,7 @@ def test_token_in_token_out_holds_after_the_example(tok):
 
 def test_setup_wires_the_envs_example_and_tools_for_a_pretrained_model(tok):
     from cairn.train.config import load_config
-    from cairn.train.setup import prompt_builder
+    from cairn.train.settings import prompt_builder
 
     env = make("search_qa", kb_seed=0, kb_size=12, hops=[1, 2], max_steps=4, render="text")
     tok.chat_template = TOOLS_TEMPLATE

@@ -11,8 +11,8 @@ import pytest
 
 from cairn.envs import make
 from cairn.envs.base import TextEnv
-from cairn.envs.countdown import (
-    Countdown,
+from cairn.envs.countdown import Countdown
+from cairn.envs.countdown_math import (
     evaluate_expression,
     generate_countdown,
     is_trivial,

@@ -7,16 +7,9 @@ import pytest
 import sympy as sp
 
 from cairn.envs import make
+from cairn.envs.antiderivative import _evaluate, parse_candidate, verify_antiderivative, x
 from cairn.envs.base import TextEnv
-from cairn.envs.integration import (
-    LEVELS,
-    TERMS,
-    _evaluate,
-    generate_integrand,
-    parse_candidate,
-    verify_antiderivative,
-    x,
-)
+from cairn.envs.integrands import LEVELS, TERMS, generate_integrand
 
 
 def test_worked_examples_of_verification():
@@ -256,12 +249,12 @@ def test_a_string_integrand_is_never_evaluated_as_python(tmp_path):
 def test_a_check_past_its_time_limit_answers_false(monkeypatch):
     import time
 
-    import cairn.envs.integration as integration
+    import cairn.envs.antiderivative as antiderivative
 
     def slow(expr, xs):
         time.sleep(5)
 
-    monkeypatch.setattr(integration, "_evaluate", slow)
+    monkeypatch.setattr(antiderivative, "_evaluate", slow)
     start = time.monotonic()
     assert not verify_antiderivative("x**2/2", "x", time_limit_s=0.2)
     assert time.monotonic() - start < 2

@@ -223,3 +223,9 @@ def test_in_process_envs_of_one_jvm_lose_only_the_failed_call(fake_jvm):
     assert results[2][0] == seen(2, "c")
     assert (pool.faults.errors, pool.faults.restarts) == (1, 1)
     pool.close()
+
+
+def test_a_machine_without_java_is_told_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(_jvm.shutil, "which", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="`java` is not on PATH: install a Java runtime"):
+        _jvm.start_jvm("/nowhere/textworld-express.jar", "/nowhere")

@@ -24,7 +24,7 @@ import yaml
 
 from cairn.data.episode import Episode
 from cairn.envs import make
-from cairn.envs.countdown import evaluate_expression
+from cairn.envs.countdown_math import evaluate_expression
 from cairn.rollout import RolloutSettings, turn
 from cairn.train.presets import preset_text
 

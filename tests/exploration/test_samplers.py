@@ -10,7 +10,7 @@ import torch
 from cairn.agent import PromptBuilder
 from cairn.data.tokens import TokenBatch, collate_scoring
 from cairn.envs import make
-from cairn.envs.integration import parse_candidate
+from cairn.envs.antiderivative import parse_candidate
 from cairn.exploration.self_search import SelfSearch
 from cairn.exploration.sge import OUTCOME_WORDS, SGEStrategy
 from cairn.exploration.variants import Curriculum, Node, SymbolicVariants, build_tree
@@ -127,18 +127,20 @@ def test_variant_tree_and_easy_to_hard_stages():
         cur.env(len(nodes))
 
 
-def test_sge_reflection_words_are_in_a_word_level_vocabulary(tmp_path):
+def test_sge_reflection_words_are_in_a_word_level_vocabulary():
     """The tiny default's word tokenizer learns SGE's outcome words when the reflection is
     on (else the model would read them as <unk>), and only then: other runs keep their
     vocabulary."""
+    from cairn.policies import build_policy
     from cairn.train.config import load_config
-    from cairn.train.distributed import Dist
-    from cairn.train.setup import build_policy_engine
+    from cairn.train.settings import prompt_words
 
-    def tokenizer(*sets: str):
+    def tokenizer(*sets: str):  # as cairn.train.parts.build_parts builds it
         cfg = load_config("sokoban_sge", list(sets))
         probe = make("sokoban", **cfg.env.options)
-        policy, _, _ = build_policy_engine(cfg, probe, tmp_path, Dist.from_env(), None)
+        probe.reset(seed=0)
+        instruction, words = cfg.agent.instruction or probe.instruction, prompt_words(cfg)
+        policy = build_policy(cfg.model, probe, instruction, cfg.seed, None, words)
         return policy.tokenizer
 
     sge = tokenizer()

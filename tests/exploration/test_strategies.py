@@ -18,7 +18,7 @@ from cairn.policies import HFPolicy, local_tokenizer
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.rollout import EnvPool, RolloutContext, RolloutSettings, make_strategy
 from cairn.train.config import load_config
-from cairn.train.setup import prompt_words
+from cairn.train.settings import prompt_words
 
 SGE_NEW = ["rollout.strategy=sge", "rollout.options={plan_temperature: 2.0, plan_tokens: 3}"]
 SSRL_NEW = ["rollout.strategy=ssrl", "rollout.options={max_info_tokens: 5}"]

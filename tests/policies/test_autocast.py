@@ -8,12 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import cairn.policies as policies_mod
 import cairn.policies.options as options_mod
 from cairn.data.tokens import collate_scoring
 from cairn.policies import GenerationOptions, HFPolicy, autocast_on, build_policy
 from cairn.policies.lora import LoraSpec, apply_lora
-from cairn.train.schema import ModelConfig
+from cairn.train.rollout_sections import ModelConfig
 
 
 def _prompts(policy: HFPolicy, env) -> list[list[int]]:
@@ -94,7 +93,7 @@ def test_lora_adapters_stay_float32_under_autocast(tiny_policy, compact_env):
     ],
 )
 def test_auto_turns_autocast_on_for_real_models_on_bf16_cpus(monkeypatch, sets, bf16_cpu, want):
-    monkeypatch.setattr(policies_mod, "cpu_has_bf16", lambda: bf16_cpu)
+    monkeypatch.setattr(options_mod, "cpu_has_bf16", lambda: bf16_cpu)
     cfg = ModelConfig.model_construct(**{**ModelConfig().model_dump(), **sets})
     assert autocast_on(cfg) is want
 

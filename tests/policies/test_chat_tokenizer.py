@@ -9,7 +9,7 @@ import torch
 from cairn.envs import make
 from cairn.policies import HFPolicy, build_policy, local_tokenizer, save_model_dir
 from cairn.policies.tiny import build_tiny_model, tiny_config
-from cairn.train.schema import ModelConfig
+from cairn.train.rollout_sections import ModelConfig
 
 MESSAGES = [
     {"role": "system", "content": "push the box onto the goal"},

@@ -13,7 +13,7 @@ from cairn.policies import GenerationOptions, HFPolicy, local_tokenizer
 from cairn.policies.kv import KeptCaches, weights_version
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.train.config import load_config
-from cairn.train.setup import turns_extend
+from cairn.train.settings import turns_extend
 
 
 def _policy(attn: str = "eager", **options) -> tuple[HFPolicy, list[list[int]]]:

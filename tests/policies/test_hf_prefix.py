@@ -15,7 +15,6 @@ import torch
 from cairn.data.tokens import collate_scoring
 from cairn.envs import make
 from cairn.policies import (
-    BUCKET_COST_CPU,
     GenerationOptions,
     HFPolicy,
     build_policy,
@@ -24,9 +23,11 @@ from cairn.policies import (
 )
 from cairn.policies import sharing as sharing_mod
 from cairn.policies.lora import LoraSpec, apply_lora
-from cairn.policies.sharing import SharedPath, _common_prefix, _partition
+from cairn.policies.options import BUCKET_COST_CPU
+from cairn.policies.rowplan import common_prefix, partition
+from cairn.policies.sharing import SharedPath
 from cairn.policies.tiny import build_tiny_model, tiny_config
-from cairn.train.schema import ModelConfig
+from cairn.train.rollout_sections import ModelConfig
 
 
 def _policy(arch: str = "llama", attn: str = "eager") -> tuple[HFPolicy, list[list[int]]]:
@@ -77,9 +78,9 @@ def test_prefix_stages_worked_numbers():
     assert _stages(least=4)(rows, [1, 1, 1]) == [([0, 0, 1], [5, 5])]
     assert _stages(least=6)(rows, [1, 1, 1]) == []
     # The common prefix is that of the smallest and largest rows in lexicographic order.
-    assert _common_prefix([(1, 2, 3, 4), (1, 5), (1, 2, 9)]) == 1
-    assert _common_prefix([(7, 8), (7, 8, 9)]) == 2  # one row is a prefix of the other
-    assert _common_prefix([(4,), (5,)]) == 0
+    assert common_prefix([(1, 2, 3, 4), (1, 5), (1, 2, 9)]) == 1
+    assert common_prefix([(7, 8), (7, 8, 9)]) == 2  # one row is a prefix of the other
+    assert common_prefix([(4,), (5,)]) == 0
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -230,11 +231,11 @@ def test_generation_groups_prompts_that_differ_in_their_last_token_with_lora():
 def test_partition_worked_numbers():
     # Longest first: rows 0 (10), 2 (9), 3 (3), 1 (2). At 4 tokens a call, [0, 2] and [3, 1]
     # feed 2 x 10 + 2 x 3 + 2 x 4 = 34; one bucket 4 x 10 + 4 = 44; each row alone 40.
-    assert _partition([10, 2, 9, 3], 4) == [[0, 2], [3, 1]]
-    assert _partition([10, 2, 9, 3], 0) == [[0], [2], [3], [1]]  # free calls: no padding
-    assert _partition([10, 2, 9, 3], 100) == [[0, 2, 3, 1]]  # dear calls: one batch
-    assert _partition([5, 5, 5], 0) == [[0, 1, 2]]  # a tie goes to fewer calls
-    assert _partition([7], 8) == [[0]]
+    assert partition([10, 2, 9, 3], 4) == [[0, 2], [3, 1]]
+    assert partition([10, 2, 9, 3], 0) == [[0], [2], [3], [1]]  # free calls: no padding
+    assert partition([10, 2, 9, 3], 100) == [[0, 2, 3, 1]]  # dear calls: one batch
+    assert partition([5, 5, 5], 0) == [[0, 1, 2]]  # a tie goes to fewer calls
+    assert partition([7], 8) == [[0]]
 
 
 def _set_partitions(items: list[int]):
@@ -257,7 +258,7 @@ def test_partition_is_the_best_of_all_partitions(seed):
     def fed(part: list[list[int]]) -> int:
         return sum(len(b) * max(lengths[i] for i in b) + cost for b in part)
 
-    got = _partition(lengths, cost)
+    got = partition(lengths, cost)
     assert sorted(i for b in got for i in b) == list(range(len(lengths)))
     assert fed(got) == min(fed(p) for p in _set_partitions(list(range(len(lengths)))))
 

@@ -8,8 +8,8 @@ import torch
 
 from cairn.envs import make
 from cairn.policies import GenerationOptions, HFPolicy, local_tokenizer
-from cairn.policies.hf import _multinomial, _Rows
 from cairn.policies.modelio import cache_kwarg
+from cairn.policies.sampling import Rows, multinomial
 from cairn.policies.tiny import build_tiny_model, tiny_config
 
 # Words the random tiny model writes often: as stop strings they end most rows early.
@@ -105,16 +105,16 @@ def test_multinomial_on_a_subset_draws_what_the_whole_batch_would():
     probs = torch.softmax(torch.randn(6, 50, generator=torch.Generator().manual_seed(0)), -1)
     full = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(9)).squeeze(-1)
     rows = torch.tensor([1, 4, 5])
-    part = _multinomial(probs[rows], torch.Generator().manual_seed(9), _Rows(rows, total=6))
+    part = multinomial(probs[rows], torch.Generator().manual_seed(9), Rows(rows, total=6))
     assert part.tolist() == full[rows].tolist()
-    whole = _multinomial(probs, torch.Generator().manual_seed(9), _Rows(torch.arange(6), 6))
+    whole = multinomial(probs, torch.Generator().manual_seed(9), Rows(torch.arange(6), 6))
     assert whole.tolist() == full.tolist()
 
 
 def test_inverse_cdf_draws_each_token_with_its_probability():
     # 3 rows x 20000 draws: the frequencies match the probabilities, a zero never drawn.
     probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 1.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
-    toks = _multinomial(probs.repeat(20000, 1), torch.Generator().manual_seed(0), None, True)
+    toks = multinomial(probs.repeat(20000, 1), torch.Generator().manual_seed(0), None, True)
     freq = torch.stack([torch.bincount(toks[r::3], minlength=4) for r in range(3)]) / 20000
     torch.testing.assert_close(freq, probs, atol=0.01, rtol=0)
     assert freq[0, 1] == 0 and freq[1].tolist() == [0.0, 0.0, 1.0, 0.0]
@@ -122,9 +122,9 @@ def test_inverse_cdf_draws_each_token_with_its_probability():
 
 def test_inverse_cdf_on_a_subset_draws_what_the_whole_batch_would():
     probs = torch.softmax(torch.randn(6, 50, generator=torch.Generator().manual_seed(0)), -1)
-    full = _multinomial(probs, torch.Generator().manual_seed(9), None, True)
+    full = multinomial(probs, torch.Generator().manual_seed(9), None, True)
     rows = torch.tensor([1, 4, 5])
-    part = _multinomial(probs[rows], torch.Generator().manual_seed(9), _Rows(rows, 6), True)
+    part = multinomial(probs[rows], torch.Generator().manual_seed(9), Rows(rows, 6), True)
     assert part.tolist() == full[rows].tolist()
 
 
@@ -134,7 +134,7 @@ def test_inverse_cdf_never_draws_past_the_last_token_with_mass(monkeypatch):
     one = torch.ones(1, dtype=torch.float64)
     monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: one)
     probs = torch.tensor([[0.25, 0.75, 0.0, 0.0]])
-    assert _multinomial(probs, torch.Generator(), None, True).tolist() == [1]
+    assert multinomial(probs, torch.Generator(), None, True).tolist() == [1]
 
 
 def test_the_kv_cache_goes_under_the_name_the_model_takes():

@@ -173,7 +173,7 @@ def test_the_budget_check_counts_what_follows_the_response_prefix(smol_policy):
     from types import SimpleNamespace
 
     from cairn.envs import make
-    from cairn.train.setup import check_token_budget
+    from cairn.policies.budget import check_token_budget
 
     env = make("search_qa", kb_seed=0, kb_size=12, hops=[1, 2], max_steps=4, render="text")
     tok = smol_policy.tokenizer

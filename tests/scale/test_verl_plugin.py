@@ -41,7 +41,7 @@ from cairn.integrations.verl.episode import TurnTokens  # noqa: E402
 from cairn.integrations.verl.trainer import CairnTrainer  # noqa: E402
 from cairn.policies import build_policy  # noqa: E402
 from cairn.rollout import RolloutSettings, rollout  # noqa: E402
-from cairn.train.schema import ModelConfig  # noqa: E402
+from cairn.train.rollout_sections import ModelConfig  # noqa: E402
 
 ENV_OPTIONS = {"size": 5, "num_boxes": 1, "max_steps": 5, "render": "compact", "max_solution": 3}
 RESPONSE_LENGTH = 8

@@ -28,11 +28,12 @@ from cairn.integrations.verl import agent_loop as agent_loop_mod  # noqa: E402
 from cairn.integrations.verl.agent_loop import CairnAgentLoop  # noqa: E402
 from cairn.integrations.verl.config import cairn_config  # noqa: E402
 from cairn.policies import local_tokenizer  # noqa: E402
+from cairn.policies.budget import context_budget  # noqa: E402
 from cairn.policies.hf import Generation  # noqa: E402
 from cairn.rollout import rollout  # noqa: E402
 from cairn.train.config import load_config  # noqa: E402
 from cairn.train.schema import AdvantageConfig  # noqa: E402
-from cairn.train.setup import prompt_builder, sampling_settings  # noqa: E402
+from cairn.train.settings import prompt_builder, sampling_settings  # noqa: E402
 
 ENV = {"size": 6, "num_boxes": 1, "max_steps": 15, "render": "compact", "max_solution": 5}
 NEW_TOKENS, PROMPT_LENGTH, TURNS = 64, 448, 6
@@ -115,7 +116,8 @@ def _cairn_side(tok, agent, seed, prompt_length=PROMPT_LENGTH):
     ]  # fmt: skip
     cfg = load_config(None, overrides)
     policy = _ScriptedPolicy(tok, _script(tok, agent["action_format"]))
-    settings = sampling_settings(cfg, policy)
+    budget = context_budget(policy, cfg.model.max_context, cfg.rollout.max_new_tokens)
+    settings = sampling_settings(cfg, budget)
     prompt = prompt_builder(cfg, tok)
     (episode,) = rollout(policy, [make("sokoban", **ENV)], [(0, seed)], prompt, settings)
     return episode, settings

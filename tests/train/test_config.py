@@ -110,7 +110,7 @@ def test_another_env_named_without_options_gets_its_own_defaults():
 
 def test_the_demo_config_is_the_demo_env_and_hashes_to_a_known_value():
     from cairn.train.checkpoint.runconfig import config_sha256
-    from cairn.train.schema import DEMO_ENV
+    from cairn.train.rollout_sections import DEMO_ENV
 
     sokoban = load_config(None, ["env.name=sokoban"])
     assert Config().env.options == DEMO_ENV[1] == sokoban.env.options

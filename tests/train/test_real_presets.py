@@ -21,9 +21,10 @@ from cairn._errors import ConfigError
 from cairn.agent import example_completion, parse_action
 from cairn.envs import make
 from cairn.policies import smol
+from cairn.policies.budget import check_token_budget
 from cairn.train.config import load_config
+from cairn.train.preflight import TinyKeyWarning
 from cairn.train.presets import available_presets, preset_text
-from cairn.train.setup import TinyKeyWarning, check_token_budget
 
 ALIAS = "smollm2-135m-instruct"
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ either trainer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -31,7 +31,7 @@ class AdvantageSpec(Protocol):
     def name(self) -> str: ...
 
     @property
-    def options(self) -> Mapping[str, Any]: ...  # read-only: a config's dict fits
+    def options(self) -> Mapping[str, object]: ...  # read-only: a config's dict fits
 
     @property
     def whiten(self) -> bool: ...

@@ -25,9 +25,9 @@ import functools
 import inspect
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard, TypeVar
 
 import numpy as np
 
@@ -58,22 +58,24 @@ __all__ = [
 #: An estimator's terms: named (N,) per-row arrays beside its advantage (GiGPO's ``A_E``).
 Terms = dict[str, np.ndarray]
 
+_R = TypeVar("_R")
+
 
 @dataclass(frozen=True)
 class Check:
     """A validator for one option value: ``ok(value)`` and a phrase saying what is allowed."""
 
     allowed: str
-    ok: Callable[[Any], bool]
+    ok: Callable[[object], bool]
 
 
-def choice(*values: Any) -> Check:
+def choice(*values: object) -> Check:
     """The value must be one of ``values``."""
     scalar = (str, bool, int, float, type(None))
     return Check(", ".join(map(repr, values)), lambda v: isinstance(v, scalar) and v in values)
 
 
-def _is_real(v: Any) -> bool:
+def _is_real(v: object) -> TypeGuard[numbers.Real]:
     return isinstance(v, numbers.Real) and not isinstance(v, bool | np.bool_)
 
 
@@ -93,7 +95,7 @@ def real(
         allowed += f" in {left}, {right}"
     allowed += " or None" if none_ok else ""
 
-    def ok(v: Any) -> bool:
+    def ok(v: object) -> bool:
         if v is None:
             return none_ok
         if not _is_real(v) or not math.isfinite(float(v)):
@@ -114,7 +116,7 @@ def flag() -> Check:
 def matrix_or_none() -> Check:
     """None or a 2-D array of finite numbers (its row count is checked against the batch)."""
 
-    def ok(v: Any) -> bool:
+    def ok(v: object) -> bool:
         if v is None:
             return True
         try:
@@ -137,7 +139,7 @@ class Estimator:
 
     name: str
     fn: Callable[..., np.ndarray]
-    defaults: dict[str, Any]
+    defaults: dict[str, object]
     checks: dict[str, Check]
     terms: Callable[..., tuple[np.ndarray, Terms]] | None
     term_names: tuple[str, ...]
@@ -146,7 +148,7 @@ class Estimator:
 _REGISTRY: dict[str, Estimator] = {}
 
 
-def _keyword_defaults(fn: Callable[..., Any], name: str) -> dict[str, Any]:
+def _keyword_defaults(fn: Callable[..., object], name: str) -> dict[str, object]:
     params = list(inspect.signature(fn).parameters.values())
     if not params or params[0].kind not in (
         params[0].POSITIONAL_ONLY,
@@ -220,7 +222,7 @@ def register_terms(
 
     def deco(terms_fn: Callable[..., tuple[np.ndarray, Terms]]) -> Callable[..., np.ndarray]:
         @functools.wraps(terms_fn)
-        def advantage(batch: StepBatch, **options: Any) -> np.ndarray:
+        def advantage(batch: StepBatch, **options: object) -> np.ndarray:
             return terms_fn(batch, **options)[0]
 
         return register(name, checks=checks, terms=terms_fn, term_names=term_names)(advantage)
@@ -228,9 +230,9 @@ def register_terms(
     return deco
 
 
-def _checked(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _checked(name: str, fn: Callable[..., _R]) -> Callable[..., _R]:
     @functools.wraps(fn)
-    def checked(batch: StepBatch, **options: Any) -> Any:
+    def checked(batch: StepBatch, **options: object) -> _R:
         validate_options(name, options)
         return fn(batch, **options)
 
@@ -251,7 +253,7 @@ def get(name: str) -> Estimator:
     return _REGISTRY[name]
 
 
-def options_of(name: str) -> dict[str, Any]:
+def options_of(name: str) -> dict[str, object]:
     """``{option: default}`` of estimator ``name``."""
     return dict(get(name).defaults)
 
@@ -267,7 +269,7 @@ def _describe(entry: Estimator) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in entry.defaults.items())
 
 
-def _check_value(entry: Estimator, key: str, value: Any) -> None:
+def _check_value(entry: Estimator, key: str, value: object) -> None:
     check = entry.checks[key]
     if not check.ok(value):
         raise ValueError(
@@ -276,7 +278,7 @@ def _check_value(entry: Estimator, key: str, value: Any) -> None:
         )
 
 
-def validate_options(name: str, options: dict[str, Any]) -> None:
+def validate_options(name: str, options: Mapping[str, object]) -> None:
     """Check ``options`` for estimator ``name`` without running it (for the config loader).
 
     Raises ValueError for an unknown name (listing ``available()``), an unknown option
@@ -293,12 +295,12 @@ def validate_options(name: str, options: dict[str, Any]) -> None:
         _check_value(entry, key, value)
 
 
-def estimate(name: str, batch: StepBatch, **options: Any) -> np.ndarray:
+def estimate(name: str, batch: StepBatch, **options: object) -> np.ndarray:
     """Per-step advantages (N,) float64 of estimator ``name`` on ``batch``, rows in batch order."""
     return get(name).fn(batch, **options)
 
 
-def estimate_terms(name: str, batch: StepBatch, **options: Any) -> tuple[np.ndarray, Terms]:
+def estimate_terms(name: str, batch: StepBatch, **options: object) -> tuple[np.ndarray, Terms]:
     """``(advantage, terms)``: the advantage of ``estimate`` plus named (N,) components.
 
     ``terms`` maps names (e.g. GiGPO's ``"A_E"``, ``"A_S"``, ``"G"``) to per-row arrays in

@@ -12,9 +12,13 @@ from __future__ import annotations
 import difflib
 import math
 from collections import defaultdict
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+from cairn.data.step_batch import StepBatch
 
 EPS = 1e-6
 
@@ -41,18 +45,18 @@ def _norm(x: float, xs: list[float], norm: str) -> float:
 class Table:
     """The batch as Python lists plus per-episode row lists sorted by t."""
 
-    def __init__(self, batch: Any) -> None:
+    def __init__(self, batch: StepBatch) -> None:
         self.n = len(batch)
         self.cols = {k: batch[k].tolist() for k in batch}
-        self.rows_of: dict[Any, list[int]] = defaultdict(list)
-        self.group_of: dict[Any, Any] = {}
+        self.rows_of: dict[int, list[int]] = defaultdict(list)
+        self.group_of: dict[int, int] = {}
         for i in range(self.n):
             e = self.cols["episode"][i]
             self.rows_of[e].append(i)
             self.group_of[e] = self.cols["group"][i]
         for rows in self.rows_of.values():
             rows.sort(key=lambda i: self.cols["t"][i])
-        self.episodes_of: dict[Any, list[Any]] = defaultdict(list)
+        self.episodes_of: dict[int, list[int]] = defaultdict(list)
         for e, g in self.group_of.items():
             self.episodes_of[g].append(e)
         self.R = {e: sum(self.cols["reward"][i] for i in rows) for e, rows in self.rows_of.items()}
@@ -69,7 +73,7 @@ class Table:
                 out[i] = running
         return out
 
-    def episode_adv(self, norm: str) -> dict[Any, float]:
+    def episode_adv(self, norm: str) -> dict[int, float]:
         adv = {}
         for members in self.episodes_of.values():
             Rs = [self.R[e] for e in members]
@@ -85,16 +89,16 @@ def _whiten(xs: list[float]) -> list[float]:
     return [(x - m) / (s + EPS) for x in xs]
 
 
-def _per_row(tab: Table, per_episode: dict[Any, float]) -> np.ndarray:
+def _per_row(tab: Table, per_episode: dict[int, float]) -> np.ndarray:
     return np.array([per_episode[tab.col("episode", i)] for i in range(tab.n)], dtype=np.float64)
 
 
-def grpo(batch: Any, norm: str = "mean_std") -> np.ndarray:
+def grpo(batch: StepBatch, norm: str = "mean_std") -> np.ndarray:
     tab = Table(batch)
     return _per_row(tab, tab.episode_adv(norm))
 
 
-def rloo(batch: Any) -> np.ndarray:
+def rloo(batch: StepBatch) -> np.ndarray:
     tab = Table(batch)
     adv = {}
     for members in tab.episodes_of.values():
@@ -104,7 +108,7 @@ def rloo(batch: Any) -> np.ndarray:
     return _per_row(tab, adv)
 
 
-def reinforce_pp(batch: Any) -> np.ndarray:
+def reinforce_pp(batch: StepBatch) -> np.ndarray:
     tab = Table(batch)
     centred = tab.episode_adv("mean")
     keys = list(centred)
@@ -115,13 +119,13 @@ def reinforce_pp(batch: Any) -> np.ndarray:
 # ------------------------------------------------------------------ GiGPO
 
 
-def _similar_clusters(tab: Table, ratio: float) -> dict[tuple[Any, Any], int]:
+def _similar_clusters(tab: Table, ratio: float) -> dict[tuple[int, Hashable], int]:
     """(group, anchor) -> cluster index, greedy over texts ordered by (first t, text)."""
-    first_t: dict[tuple[Any, Any], int] = {}
+    first_t: dict[tuple[int, Hashable], int] = {}
     for i in range(tab.n):
         key = (tab.col("group", i), tab.col("anchor", i))
         first_t[key] = min(first_t.get(key, 10**9), tab.col("t", i))
-    by_group: dict[Any, list[Any]] = defaultdict(list)
+    by_group: dict[int, list[Hashable]] = defaultdict(list)
     for g, a in first_t:
         by_group[g].append(a)
     cluster = {}
@@ -145,7 +149,7 @@ def _similar_clusters(tab: Table, ratio: float) -> dict[tuple[Any, Any], int]:
 
 
 def gigpo_terms(
-    batch: Any,
+    batch: StepBatch,
     gamma: float = 0.95,
     step_weight: float = 1.0,
     norm: str = "mean",
@@ -166,7 +170,7 @@ def gigpo_terms(
                     A_E[i] = _norm(tab.R[e], values, episode_norm) if len(members) > 1 else 0.0
     G = tab.discounted(tab.cols["reward"], gamma)
     clusters = _similar_clusters(tab, similarity) if similarity is not None else None
-    step_rows: dict[Any, list[int]] = defaultdict(list)
+    step_rows: dict[tuple[int, Hashable], list[int]] = defaultdict(list)
     for i in range(tab.n):
         key = (tab.col("group", i), tab.col("anchor", i))
         step_rows[(key[0], clusters[key]) if clusters is not None else key].append(i)
@@ -178,14 +182,14 @@ def gigpo_terms(
     return A_E + step_weight * A_S, A_E, A_S, np.array(G)
 
 
-def gigpo(batch: Any, **options: Any) -> np.ndarray:
+def gigpo(batch: StepBatch, **options: Any) -> np.ndarray:
     return gigpo_terms(batch, **options)[0]
 
 
 # ------------------------------------------------------------------ ProxMO
 
 
-def _sparse_rows(batch: Any, features: Any) -> list[dict[int, float]]:
+def _sparse_rows(batch: StepBatch, features: ArrayLike | None) -> list[dict[int, float]]:
     """Each row's L2-normalised vector as {feature index: value}."""
     if features is not None:
         rows = []
@@ -209,14 +213,14 @@ def _dot(a: dict[int, float], b: dict[int, float]) -> float:
 
 
 def proxmo_terms(
-    batch: Any,
+    batch: StepBatch,
     tau: float = 0.1,
     alpha: float = 4.0,
     beta: float = 0.1,
     gamma: float = 0.95,
     step_weight: float = 1.0,
     episode_norm: str = "mean_std",
-    features: Any = None,
+    features: ArrayLike | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     tab = Table(batch)
     A_E = tab.episode_adv(episode_norm)
@@ -232,7 +236,7 @@ def proxmo_terms(
             w[e] = 1 + beta * (1 / (1 + math.exp(-x)) - 0.5)
     G = tab.discounted(tab.cols["reward"], gamma)
     vecs = _sparse_rows(batch, features)
-    rows_of_group: dict[Any, list[int]] = defaultdict(list)
+    rows_of_group: dict[int, list[int]] = defaultdict(list)
     for i in range(tab.n):
         rows_of_group[tab.col("group", i)].append(i)
     A_S = np.zeros(tab.n)
@@ -248,14 +252,14 @@ def proxmo_terms(
     return adv, _per_row(tab, A_E), A_S, ww
 
 
-def proxmo(batch: Any, **options: Any) -> np.ndarray:
+def proxmo(batch: StepBatch, **options: Any) -> np.ndarray:
     return proxmo_terms(batch, **options)[0]
 
 
 # ------------------------------------------------------------------ value-based
 
 
-def vineppo(batch: Any, gamma: float = 1.0, whiten: bool = True) -> np.ndarray:
+def vineppo(batch: StepBatch, gamma: float = 1.0, whiten: bool = True) -> np.ndarray:
     tab = Table(batch)
     A = [0.0] * tab.n
     for rows in tab.rows_of.values():
@@ -265,7 +269,9 @@ def vineppo(batch: Any, gamma: float = 1.0, whiten: bool = True) -> np.ndarray:
     return np.array(_whiten(A) if whiten else A)
 
 
-def gae_terms(batch: Any, gamma: float = 1.0, lam: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def gae_terms(
+    batch: StepBatch, gamma: float = 1.0, lam: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
     tab = Table(batch)
     A = [0.0] * tab.n
     for rows in tab.rows_of.values():
@@ -280,17 +286,17 @@ def gae_terms(batch: Any, gamma: float = 1.0, lam: float = 0.95) -> tuple[np.nda
     return np.array(A), np.array(returns)
 
 
-def gae(batch: Any, **options: Any) -> np.ndarray:
+def gae(batch: StepBatch, **options: Any) -> np.ndarray:
     return gae_terms(batch, **options)[0]
 
 
-def igpo(batch: Any, gamma: float = 1.0) -> np.ndarray:
+def igpo(batch: StepBatch, gamma: float = 1.0) -> np.ndarray:
     tab = Table(batch)
     r = [0.0] * tab.n
     for rows in tab.rows_of.values():
         for k, i in enumerate(rows):
             r[i] = tab.col("reward", i) if k == len(rows) - 1 else tab.col("info_gain", i)
-    rows_of_group: dict[Any, list[int]] = defaultdict(list)
+    rows_of_group: dict[int, list[int]] = defaultdict(list)
     for i in range(tab.n):
         rows_of_group[tab.col("group", i)].append(i)
     z = [0.0] * tab.n
@@ -304,11 +310,11 @@ def igpo(batch: Any, gamma: float = 1.0) -> np.ndarray:
 # ------------------------------------------------------------------ trees
 
 
-def _leaf(tab: Table, e: Any) -> tuple:
+def _leaf(tab: Table, e: int) -> tuple:
     return tab.col("path", tab.rows_of[e][-1])
 
 
-def treepo(batch: Any, whiten: bool = True) -> np.ndarray:
+def treepo(batch: StepBatch, whiten: bool = True) -> np.ndarray:
     tab = Table(batch)
     adv = {}
     for members in tab.episodes_of.values():
@@ -327,7 +333,7 @@ def treepo(batch: Any, whiten: bool = True) -> np.ndarray:
     return _per_row(tab, adv)
 
 
-def arpo(batch: Any, attribution: str = "soft") -> np.ndarray:
+def arpo(batch: StepBatch, attribution: str = "soft") -> np.ndarray:
     tab = Table(batch)
     A = _per_row(tab, tab.episode_adv("mean_std"))
     if attribution == "soft":
@@ -340,7 +346,7 @@ def arpo(batch: Any, attribution: str = "soft") -> np.ndarray:
 
 
 def elpo_terms(
-    batch: Any, branch_weight: float = 0.5, traj_weight: float = 0.5
+    batch: StepBatch, branch_weight: float = 0.5, traj_weight: float = 0.5
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tab = Table(batch)
     z = tab.episode_adv("mean_std")
@@ -370,7 +376,7 @@ def elpo_terms(
     return branch_weight * A_b + traj_weight * A_t, A_b, A_t
 
 
-def elpo(batch: Any, **options: Any) -> np.ndarray:
+def elpo(batch: StepBatch, **options: Any) -> np.ndarray:
     return elpo_terms(batch, **options)[0]
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cairn.advantages._registry import (
     DISCOUNT,
@@ -116,7 +117,7 @@ def _tfidf(anchor: np.ndarray, tokens: str = "words") -> Any:
     return anchor_tfidf(docs.tolist(), tokens)[text_codes[codes]]
 
 
-def _embeddings(features: Any, n_rows: int) -> np.ndarray:
+def _embeddings(features: ArrayLike, n_rows: int) -> np.ndarray:
     X = np.asarray(features, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] != n_rows:
         raise ValueError(f"proxmo: features must have shape ({n_rows}, d), got {X.shape}")
@@ -157,7 +158,7 @@ def proxmo(
     gamma: float = 0.95,
     step_weight: float = 1.0,
     episode_norm: Norm = "mean_std",
-    features: Any = None,
+    features: ArrayLike | None = None,
     tokens: str = "words",
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """ProxMO advantage ``w*A_E + step_weight*A_S`` per step, (N,) float64.

@@ -1,5 +1,6 @@
 """The agent side of the loop: prompts from observations and history, actions from text."""
 
+from cairn.agent.episode import prompt_for_env
 from cairn.agent.instructions import describe_format, example_completion, tool_schema
 from cairn.agent.parse import ACTION_FORMATS, format_completion, parse_action, parse_tool_call
 from cairn.agent.prompt import (
@@ -29,6 +30,7 @@ __all__ = [
     "format_completion",
     "parse_action",
     "parse_tool_call",
+    "prompt_for_env",
     "tagged",
     "tool_schema",
 ]

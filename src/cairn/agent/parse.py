@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import NoReturn
 
 __all__ = ["ACTION_FORMATS", "format_completion", "parse_action", "parse_tool_call"]
 
@@ -116,7 +116,7 @@ def _tool_call(completion: str) -> tuple[str, str] | None:
     return (name, str(value).strip()) if name else None
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """A JSON object as a dict; a key given twice is an error (standard JSON's intent)."""
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -124,7 +124,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not standard JSON")
 
 

@@ -58,7 +58,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "names: you named it)"
         )
     cfg = load_config(args.config, args.overrides)  # before torch is imported: errors are quick
-    from cairn.train.setup import new_run_dir
+    from cairn.train.rundir import new_run_dir
 
     return _train(cfg, new_run_dir(cfg), resume=False)
 
@@ -68,7 +68,8 @@ def _train(cfg: Config, run_dir: Path, resume: bool) -> int:
 
     check_device(cfg.model.device)
     with signals_interrupt():
-        trainer = start_trainer(lambda: Trainer(cfg, run_dir, resume=resume), run_dir)
+        # load_config / resume_config ran the preflight on cfg: the Trainer need not again
+        trainer = start_trainer(lambda: Trainer(cfg, run_dir, resume=resume, checked=True), run_dir)
         say(f"run directory: {run_dir}")
         with interrupt_names(run_dir):
             summary = run_trainer(trainer, run_dir)
@@ -226,7 +227,7 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     from cairn.exploration.variants import test_time_rl
     from cairn.train.checkpoint.read import latest_checkpoint
     from cairn.train.config import load_config
-    from cairn.train.setup import new_run_dir
+    from cairn.train.rundir import new_run_dir
     from cairn.train.trainer import Trainer
 
     problem = json.dumps(args.problem)  # a quoted YAML string
@@ -247,7 +248,9 @@ def cmd_ttrl(args: argparse.Namespace) -> int:
     run_dir = new_run_dir(cfg)
     say(f"test-time RL on {args.problem!r}: {run_dir}")
     with signals_interrupt(), interrupt_names(run_dir):
-        summary = test_time_rl(lambda: start_trainer(lambda: Trainer(cfg, run_dir), run_dir))
+        summary = test_time_rl(  # load_config ran the preflight on cfg
+            lambda: start_trainer(lambda: Trainer(cfg, run_dir, checked=True), run_dir)
+        )
     if (failed := _plot("plot_run", run_dir)) is not None:
         say(f"plotting failed: {failed}", "yellow")
     say(
@@ -262,7 +265,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     import yaml
 
     from cairn.train.config import load_config
-    from cairn.train.schema import TINY_MODEL_KEYS, describe
+    from cairn.train.rollout_sections import TINY_MODEL_KEYS
+    from cairn.train.schema import describe
 
     if args.keys:
         for key, default, help_ in describe():

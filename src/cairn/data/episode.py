@@ -10,7 +10,7 @@ shown under their saved keys next to free-form payload in ``Episode.meta``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
@@ -128,7 +128,8 @@ def to_step_batch(episodes: Sequence[Episode], **extra: np.ndarray) -> StepBatch
     ``path`` from the episodes when any has one, and ``extra`` arrays (length N).
     """
     rows = [(e, s) for e in episodes for s in e.steps]
-    columns: dict[str, Any] = dict(extra)  # arrays, and lists that from_columns converts
+    # arrays, and lists that from_columns converts
+    columns: dict[str, Iterable[object]] = dict(extra)
     keys = {k for _, s in rows for k in s.columns}
     for k in keys:
         missing = sum(k not in s.columns for _, s in rows)
@@ -161,7 +162,7 @@ def _common_prefix(a: str, b: str) -> int:
     return lo
 
 
-def _delta(prev: str, text: str) -> dict[str, Any]:
+def _delta(prev: str, text: str) -> dict[str, int | str]:
     """``text`` as an edit of ``prev``: ``prev[:keep] + prev[from:from + len] + add``. After
     the common prefix (the instruction), a prompt whose history window slid by a turn goes
     on with a stretch of the previous prompt (the turns both show); that stretch is stored
@@ -181,7 +182,7 @@ def _delta(prev: str, text: str) -> dict[str, Any]:
                 best = (k, start, n)
             start = prev.find(rest[:8], start + 1)
     keep, start, n = best
-    out: dict[str, Any] = {"keep": keep}
+    out: dict[str, int | str] = {"keep": keep}
     if n:
         out["from"], out["len"] = start, n
     out["add"] = text[keep + n :]
@@ -201,7 +202,7 @@ def _prompt_deltas(steps: Sequence[Step], decode: Callable[[list[int]], str]) ->
     return out
 
 
-def _apply(prev: str, delta: dict[str, Any]) -> str:
+def _apply(prev: str, delta: Mapping[str, int | str]) -> str:
     start, n = int(delta.get("from", 0)), int(delta.get("len", 0))
     return prev[: int(delta.get("keep", 0))] + prev[start : start + n] + str(delta.get("add", ""))
 

@@ -185,7 +185,7 @@ class EpisodeEvents:
         """The ``EVENT_KEYS`` recorded (not None), in saved order."""
         return [k for k in EVENT_KEYS if getattr(self, _FIELD.get(k, k)) is not None]
 
-    def saved(self, key: str) -> Any:
+    def saved(self, key: str) -> object:
         """The saved form of ``key`` (one of ``EVENT_KEYS``); KeyError when not recorded.
         The lists of turns and of tips are the record's own (appending to them records)."""
         value = getattr(self, _FIELD.get(key, key)) if key in EVENT_KEYS else None
@@ -197,7 +197,7 @@ class EpisodeEvents:
             return [list(cut) for cut in value]
         return value
 
-    def record(self, key: str, value: Any) -> None:
+    def record(self, key: str, value: object) -> None:
         """Record the saved form ``value`` of ``key`` (one of ``EVENT_KEYS``); a ValueError
         names the key when the value has the wrong shape. None clears the key."""
         if key not in EVENT_KEYS:
@@ -222,13 +222,13 @@ def _turn(x: int | ContextCut) -> int:
     return x.turn if isinstance(x, ContextCut) else x
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: object) -> object:
     return (
         [list(x) if isinstance(x, list) else x for x in value] if isinstance(value, list) else value
     )
 
 
-def _parse(key: str, value: Any) -> Any:
+def _parse(key: str, value: Any) -> object:
     """The field value of the saved form ``value`` of ``key``."""
     if key == "end_reason":
         return value if isinstance(value, EpisodeEnd) else EpisodeEnd.parse(value)
@@ -250,11 +250,11 @@ def _parse(key: str, value: Any) -> Any:
     return value  # the list itself: appending to meta[key] records, as with a dict
 
 
-def _is(x: Any, kind: type) -> bool:
+def _is(x: object, kind: type) -> bool:
     return isinstance(x, kind) and not isinstance(x, bool)
 
 
-def _is_int_pair(p: Any) -> bool:
+def _is_int_pair(p: object) -> bool:
     return isinstance(p, list | tuple) and len(p) == 2 and all(_is(x, int) for x in p)
 
 
@@ -264,7 +264,9 @@ class EpisodeMeta(MutableMapping[str, Any]):
     written to ``events`` (its value checked), any other key goes to ``payload``.
     ``context_dropped`` reads as a fresh list of pairs (append through ``events``)."""
 
-    def __init__(self, items: Mapping[str, Any] | None = None, events: EpisodeEvents | None = None):
+    def __init__(
+        self, items: Mapping[str, object] | None = None, events: EpisodeEvents | None = None
+    ):
         self.events = events if events is not None else EpisodeEvents()
         self.payload: dict[str, Any] = {}
         if items:

@@ -26,6 +26,7 @@ import fcntl
 import json
 import os
 import re
+from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
@@ -94,7 +95,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 # -- config.yaml --------------------------------------------------------------------------------
-def write_config(run_dir: Path, config: dict[str, Any]) -> Path:
+def write_config(run_dir: Path, config: Mapping[str, object]) -> Path:
     """config.yaml, atomically (the trainer writes it once, when it creates the run)."""
     path = Path(run_dir) / CONFIG
     _write_atomic(path, yaml.safe_dump(config, sort_keys=False))
@@ -171,12 +172,12 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return read_jsonl(Path(run_dir) / METRICS, strict=True)[0]
 
 
-def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
+def append_metrics(run_dir: Path, row: Mapping[str, object]) -> None:
     """Append one row as a line, flushed and fsynced (a kill loses at most this line)."""
     _append_line(Path(run_dir) / METRICS, row)
 
 
-def _append_line(path: Path, row: dict[str, Any]) -> None:
+def _append_line(path: Path, row: Mapping[str, object]) -> None:
     """``row`` as one JSON line at the end of ``path``, flushed and fsynced."""
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")
@@ -219,7 +220,7 @@ def read_amendments(run_dir: Path) -> list[dict[str, Any]]:
     return read_jsonl(Path(run_dir) / AMENDMENTS, strict=True)[0]
 
 
-def append_amendment(run_dir: Path, row: dict[str, Any]) -> None:
+def append_amendment(run_dir: Path, row: Mapping[str, object]) -> None:
     """Append one amendment (``time``, ``iteration``, ``changes``: key/old/new), fsynced."""
     _append_line(Path(run_dir) / AMENDMENTS, row)
 
@@ -324,7 +325,7 @@ os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 # -- summary.json -------------------------------------------------------------------------------
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
+def write_summary(run_dir: Path, summary: Mapping[str, object]) -> Path:
     path = Path(run_dir) / SUMMARY
     path.write_text(json.dumps(summary, indent=2))
     return path

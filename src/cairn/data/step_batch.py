@@ -14,15 +14,18 @@ is accepted and read as an alias of ``after_error``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = ["COLUMN_ALIASES", "OPTIONAL_COLUMNS", "REQUIRED_COLUMNS", "StepBatch", "register_column"]
 
-REQUIRED_COLUMNS: dict[str, Any] = {
+_V = TypeVar("_V")
+
+REQUIRED_COLUMNS: dict[str, DTypeLike] = {
     "group": np.int64,
     "episode": np.int64,
     "t": np.int64,
@@ -30,7 +33,7 @@ REQUIRED_COLUMNS: dict[str, Any] = {
     "anchor": object,
 }
 
-OPTIONAL_COLUMNS: dict[str, Any] = {
+OPTIONAL_COLUMNS: dict[str, DTypeLike] = {
     "success": np.bool_,  # episode outcome, repeated on each of its rows
     "value": np.float64,  # estimate of V(s_t), the state before the step
     "info_gain": np.float64,  # IGPO turn reward
@@ -43,14 +46,14 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
 COLUMN_ALIASES: dict[str, str] = {"crit": "after_error"}
 
 
-def register_column(name: str, dtype: Any) -> None:
+def register_column(name: str, dtype: DTypeLike) -> None:
     """Declare an optional column (for extensions that add their own estimator inputs)."""
     if name in REQUIRED_COLUMNS:
         raise ValueError(f"{name!r} is a required column")
     OPTIONAL_COLUMNS[name] = dtype
 
 
-def _resolve_aliases(optional: dict[str, Any]) -> dict[str, Any]:
+def _resolve_aliases(optional: dict[str, _V]) -> dict[str, _V]:
     out = dict(optional)
     for alias, name in COLUMN_ALIASES.items():
         if alias in out:
@@ -60,7 +63,7 @@ def _resolve_aliases(optional: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _as_column(name: str, values: Any, dtype: Any) -> np.ndarray:
+def _as_column(name: str, values: Iterable[object], dtype: DTypeLike) -> np.ndarray:
     if dtype is object:
         if isinstance(values, np.ndarray) and values.ndim != 1:
             raise ValueError(
@@ -93,12 +96,12 @@ class StepBatch:
     def from_columns(
         cls,
         *,
-        group: Any,
-        episode: Any,
-        t: Any,
-        reward: Any,
-        anchor: Any,
-        **optional: Any,
+        group: Iterable[object],
+        episode: Iterable[object],
+        t: Iterable[object],
+        reward: Iterable[object],
+        anchor: Iterable[object],
+        **optional: Iterable[object],
     ) -> StepBatch:
         """Validate and build; ``crit=`` is accepted for ``after_error=`` (COLUMN_ALIASES)."""
         optional = _resolve_aliases(optional)

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
     """``value`` as an int in ``[low, high]`` (``high`` None: no upper bound); numpy ints pass."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ValueError(f"{name} must be an int, got {value!r}")
@@ -33,7 +33,7 @@ def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
     return int(value)
 
 
-def check_float(name: str, value: Any, low: float, high: float) -> float:
+def check_float(name: str, value: object, low: float, high: float) -> float:
     """``value`` as a float in ``[low, high]``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{name} must be a number, got {value!r}")
@@ -42,7 +42,7 @@ def check_float(name: str, value: Any, low: float, high: float) -> float:
     return float(value)
 
 
-def check_bool(name: str, value: Any) -> bool:
+def check_bool(name: str, value: object) -> bool:
     """``value`` if it is True or False (not 0, 1 or a string)."""
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
@@ -56,7 +56,7 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
-def check_int_range(name: str, value: Any, low: int, high: int) -> tuple[int, int]:
+def check_int_range(name: str, value: object, low: int, high: int) -> tuple[int, int]:
     """A ``(lo, hi)`` pair of ints with ``low <= lo <= hi <= high``."""
     if not isinstance(value, list | tuple) or len(value) != 2:
         raise ValueError(f"{name} must be a pair (lo, hi), got {value!r}")
@@ -67,7 +67,7 @@ def check_int_range(name: str, value: Any, low: int, high: int) -> tuple[int, in
     return lo, hi
 
 
-def check_int_choices(name: str, value: Any, allowed: Sequence[int]) -> tuple[int, ...]:
+def check_int_choices(name: str, value: object, allowed: Sequence[int]) -> tuple[int, ...]:
     """An int or a non-empty sequence of ints, each one of ``allowed``; returned as a tuple."""
     values = [value] if isinstance(value, int) and not isinstance(value, bool) else value
     if not isinstance(values, list | tuple) or not values:

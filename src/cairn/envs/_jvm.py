@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
@@ -36,6 +38,7 @@ __all__ = [
     "claim_dead_jvm",
     "heap_options",
     "jvm_exit_code",
+    "let_go",
     "live_shared_jvms",
     "release_jvm",
     "start_jvm",
@@ -45,6 +48,11 @@ __all__ = [
 
 def start_jvm(jar: str, cwd: str, java_opts: Sequence[str] = ()) -> JavaGateway:
     """Launch ``jar``'s JVM (it exits when this process does) and connect to it."""
+    if shutil.which("java") is None:
+        raise FileNotFoundError(
+            f"{Path(jar).name} runs in a JVM and `java` is not on PATH: install a Java runtime "
+            "(e.g. apt install default-jre-headless) or put its bin folder on PATH"
+        )
     port, process = launch_gateway(
         classpath=jar, javaopts=list(java_opts), die_on_exit=True, cwd=cwd, return_proc=True
     )
@@ -145,6 +153,19 @@ def release_jvm(gateway: JavaGateway, shared: bool = True) -> None:
                     return
                 del _SHARED[key]
     stop_jvm(gateway)
+
+
+def let_go(
+    gateway: JavaGateway | None, simulator: object, release: Callable[[], object] | None
+) -> None:
+    """An env lets go of its JVM: ``simulator`` is detached where the JVM still runs (a
+    shared JVM keeps serving the other envs), then ``release`` (the env's finalizer of
+    ``release_jvm``) runs."""
+    if simulator is not None and gateway is not None and jvm_exit_code(gateway) is None:
+        with contextlib.suppress(Exception):
+            gateway.detach(simulator)
+    if release is not None:
+        release()
 
 
 def live_shared_jvms() -> int:

@@ -65,7 +65,7 @@ class TextEnv(ABC):
 
     # -- the Gymnasium-style API -------------------------------------------------------
     def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
+        self, seed: int | None = None, options: dict[str, object] | None = None
     ) -> tuple[str, dict[str, Any]]:
         self._seed = seed
         self._actions = []
@@ -83,7 +83,7 @@ class TextEnv(ABC):
         """An opaque object from which ``restore`` rebuilds the current state exactly."""
         return ReplaySnapshot(self._seed, tuple(self._actions))
 
-    def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
+    def restore(self, snap: object) -> tuple[str, dict[str, Any]]:
         """Return to the state of ``snap``; returns that state's observation and info."""
         if not isinstance(snap, ReplaySnapshot):
             raise TypeError(f"{type(self).__name__} cannot restore a {type(snap).__name__}")
@@ -125,7 +125,7 @@ class TextEnv(ABC):
 
     # -- to implement ------------------------------------------------------------------------
     @abstractmethod
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         """Start an episode; the same seed must give the same initial state."""
 
     @abstractmethod

@@ -77,7 +77,9 @@ def arithmetic_rows(n: int = 200, seed: int = 0, max_value: int = 20) -> list[di
     return rows
 
 
-def exact_match(prompts: list[str], completions: list[str], **columns: Any) -> list[float]:
+def exact_match(
+    prompts: list[str], completions: list[str], **columns: Sequence[object]
+) -> list[float]:
     """1.0 where the completion (stripped) equals the row's ``answer`` column, else 0.0."""
     if "answer" not in columns:
         raise ValueError("exact_match needs an 'answer' column; name another reward function")
@@ -87,7 +89,7 @@ def exact_match(prompts: list[str], completions: list[str], **columns: Any) -> l
     ]
 
 
-def import_callable(spec: str, what: str) -> Callable[..., Any]:
+def import_callable(spec: str, what: str) -> Callable[..., object]:
     """The function named ``"package.module:function"``; ValueError naming ``what`` and the
     problem (no colon, no such module, no such attribute, not callable)."""
     module_name, sep, attr = spec.partition(":")
@@ -97,7 +99,7 @@ def import_callable(spec: str, what: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except Exception as err:  # an ImportError, or the module itself failing
         raise ValueError(f"{what} {spec!r}: cannot import {module_name!r} ({err})") from None
-    fn: Any = module
+    fn: object = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
         if fn is None:
@@ -108,10 +110,10 @@ def import_callable(spec: str, what: str) -> Callable[..., Any]:
 
 
 # -- data files -------------------------------------------------------------------------------
-_CACHE: dict[tuple[str, float, str | None], list[dict[str, Any]]] = {}
+_CACHE: dict[tuple[str, float, str | None], list[dict[str, object]]] = {}
 
 
-def load_rows(path: str | os.PathLike[str], split: str | None = None) -> list[dict[str, Any]]:
+def load_rows(path: str | os.PathLike[str], split: str | None = None) -> list[dict[str, object]]:
     """The rows of a JSONL / JSON / CSV / Parquet file or a ``save_to_disk`` folder (cached
     per file and modification time: config checks build the env more than once)."""
     p = Path(path).expanduser()
@@ -126,7 +128,7 @@ def load_rows(path: str | os.PathLike[str], split: str | None = None) -> list[di
     return _CACHE[key]
 
 
-def _read(p: Path, split: str | None) -> list[dict[str, Any]]:
+def _read(p: Path, split: str | None) -> list[dict[str, object]]:
     if p.is_dir():
         return _read_saved(p, split)
     suffix = p.suffix.lower()
@@ -154,7 +156,7 @@ def _read(p: Path, split: str | None) -> list[dict[str, Any]]:
     )
 
 
-def _read_jsonl(p: Path) -> list[dict[str, Any]]:
+def _read_jsonl(p: Path) -> list[dict[str, object]]:
     rows = []
     with p.open(encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
@@ -172,7 +174,7 @@ def _read_jsonl(p: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _read_saved(p: Path, split: str | None) -> list[dict[str, Any]]:
+def _read_saved(p: Path, split: str | None) -> list[dict[str, object]]:
     try:
         import datasets  # type: ignore[import-untyped]
     except ImportError:
@@ -192,7 +194,7 @@ def _read_saved(p: Path, split: str | None) -> list[dict[str, Any]]:
     return list(data.to_list())
 
 
-def _prompt_text(value: Any) -> str:
+def _prompt_text(value: object) -> str:
     """A prompt cell as text: a string, or TRL's conversational form (a list of messages:
     their contents, one per line)."""
     if isinstance(value, str):
@@ -206,7 +208,7 @@ def _prompt_text(value: Any) -> str:
 @dataclass(frozen=True)
 class _Task:
     prompt: str
-    columns: dict[str, Any]
+    columns: dict[str, object]
 
 
 class DatasetEnv(TextEnv):
@@ -240,8 +242,8 @@ class DatasetEnv(TextEnv):
     _done: bool
     _obs: str
     _pattern: re.Pattern[str] | None
-    _reward: Callable[..., Any]
-    _feedback: Callable[..., Any] | None
+    _reward: Callable[..., object]
+    _feedback: Callable[..., object] | None
 
     def __init__(
         self,
@@ -296,7 +298,7 @@ class DatasetEnv(TextEnv):
         self._probe(first)
 
     # -- data ---------------------------------------------------------------------------------
-    def _check_rows(self, rows: Sequence[dict[str, Any]], source: str) -> list[_Task]:
+    def _check_rows(self, rows: Sequence[dict[str, object]], source: str) -> list[_Task]:
         if self.prompt_column not in rows[0]:
             raise ValueError(
                 f"prompt column {self.prompt_column!r} is not in {source}; "
@@ -310,7 +312,7 @@ class DatasetEnv(TextEnv):
             out.append(_Task(_prompt_text(row[self.prompt_column]), columns))
         return out
 
-    def _call(self, fn: Callable[..., Any], name: str, task: _Task, answer: str) -> Any:
+    def _call(self, fn: Callable[..., object], name: str, task: _Task, answer: str) -> object:
         columns = {k: [v] for k, v in task.columns.items()}
         values = fn(prompts=[task.prompt], completions=[answer], **columns)
         if isinstance(values, np.ndarray):
@@ -345,7 +347,7 @@ class DatasetEnv(TextEnv):
         self._score(task, str(task.columns.get("answer", self.example_action)))
 
     # -- the episode --------------------------------------------------------------------------
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         seed = 0 if seed is None else int(seed)
         if seed >= EVAL_SEEDS:
             self._task = self.eval_rows[(seed - EVAL_SEEDS) % len(self.eval_rows)]

@@ -122,7 +122,7 @@ class FrozenLake(TextEnv):
         self._last: tuple[str, dict[str, Any]] = ("", {})
 
     # -- episode -----------------------------------------------------------------------
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = self._seed = fresh_seed()
         if self.map_name == "random":
@@ -175,7 +175,7 @@ class FrozenLake(TextEnv):
             info=copy.deepcopy(self._last[1]),
         )
 
-    def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
+    def restore(self, snap: object) -> tuple[str, dict[str, Any]]:
         if isinstance(snap, ReplaySnapshot):
             return super().restore(snap)
         if not isinstance(snap, FrozenLakeSnapshot):

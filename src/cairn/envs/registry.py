@@ -7,8 +7,6 @@ of the extra to install. ``cairn.envs`` re-exports the names below.
 
 from __future__ import annotations
 
-from typing import Any
-
 from cairn._registry import ImportRegistry
 from cairn.envs.base import TextEnv
 
@@ -70,6 +68,6 @@ def code_options(name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(declared))
 
 
-def make(name: str, **options: Any) -> TextEnv:
+def make(name: str, **options: object) -> TextEnv:
     """Build the env registered as ``name``; unknown names or options raise ValueError."""
     return ENVS.make(name, **options)

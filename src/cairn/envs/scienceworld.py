@@ -54,7 +54,6 @@ envs raise ``JvmDied`` too.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 import weakref
@@ -74,6 +73,7 @@ from cairn.envs._jvm import (
     claim_dead_jvm,
     heap_options,
     jvm_exit_code,
+    let_go,
     release_jvm,
 )
 from cairn.envs.base import StepResult, TextEnv
@@ -247,7 +247,7 @@ class ScienceWorld(TextEnv):
 
     # -- episode -------------------------------------------------------------------------
     @_on_live_jvm(replay=False)
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = self._seed = random.randrange(2**31)
         elif isinstance(seed, bool) or not isinstance(seed, Integral):
@@ -408,10 +408,5 @@ class ScienceWorld(TextEnv):
 
     def _drop_jvm(self) -> None:
         """Let go of this env's JVM (its simulator first, where the JVM still runs)."""
-        gateway = self._gateway
-        if self._entry is not None and gateway is not None and jvm_exit_code(gateway) is None:
-            with contextlib.suppress(Exception):  # a shared JVM drops this env's simulator
-                gateway.detach(self._entry)
-        if self._stop is not None:
-            self._stop()
+        let_go(self._gateway, self._entry, self._stop)
         self._gateway, self._entry, self._stop = None, None, None

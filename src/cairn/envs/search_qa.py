@@ -262,7 +262,7 @@ class SearchQA(TextEnv):
         return self._kb.retrieve(query, k, fuzzy=self.fuzzy)
 
     # -- episode -----------------------------------------------------------------------------------
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = self._seed = fresh_seed()
         kb_seed = seed if self.kb_seed is None else self.kb_seed
@@ -331,7 +331,7 @@ class SearchQA(TextEnv):
             obs, dict(info),
         )  # fmt: skip
 
-    def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
+    def restore(self, snap: object) -> tuple[str, dict[str, Any]]:
         if isinstance(snap, ReplaySnapshot):
             return super().restore(snap)
         if not isinstance(snap, SearchQASnapshot):

@@ -69,7 +69,7 @@ def check_env(
     seeds: tuple[int, ...] = (0, 1, 2),
     max_episode_steps: int = 500,
     invalid_keeps_anchor: bool = False,
-    **options: Any,
+    **options: object,
 ) -> None:
     """Check ``env`` (an instance, or a registered name built with ``options``) against the
     env contract; raises ``EnvCheckError`` naming the first clause that fails."""
@@ -86,7 +86,7 @@ def check_env(
     _Checker(env, type(env).__name__, seeds, max_episode_steps, strict).run()
 
 
-def _hashable(x: Any) -> bool:
+def _hashable(x: object) -> bool:
     if not isinstance(x, Hashable):
         return False
     try:
@@ -98,7 +98,7 @@ def _hashable(x: Any) -> bool:
 
 class _Checker:
     def __init__(
-        self, env: Any, name: str, seeds: tuple[int, ...], max_steps: int, strict: bool
+        self, env: TextEnv, name: str, seeds: tuple[int, ...], max_steps: int, strict: bool
     ) -> None:
         self.env, self.name, self.seeds, self.max_steps = env, name, seeds, max_steps
         self.strict = strict
@@ -147,7 +147,7 @@ class _Checker:
             )
         return obs, float(reward), terminated, truncated, info
 
-    def _types(self, clause: str, obs: Any, info: Any) -> None:
+    def _types(self, clause: str, obs: object, info: object) -> None:
         if not isinstance(obs, str):
             raise self.fail(clause, f"the observation must be a str, got {type(obs).__name__}")
         if not isinstance(info, dict):
@@ -278,6 +278,6 @@ class _Checker:
                 _, info = self.reset(seed)
 
 
-def _short(x: Any, n: int = 40) -> str:
+def _short(x: object, n: int = 40) -> str:
     text = repr(x)
     return text if len(text) <= n else text[: n - 3] + "..."

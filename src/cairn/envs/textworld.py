@@ -42,7 +42,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from numbers import Integral
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import textworld
 import textworld.challenges
@@ -229,7 +229,7 @@ def _complete(target: Path) -> bool:
     return target.is_file() and target.with_suffix(".json").is_file()
 
 
-def _lock(handle: Any) -> None:
+def _lock(handle: IO[str]) -> None:
     """Block until this process holds an exclusive lock on ``handle`` (POSIX only)."""
     try:
         import fcntl
@@ -249,7 +249,7 @@ def _build_into(game: str, settings: dict[str, Any], seed: int, target: Path) ->
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _check_num_games(num_games: Any) -> int:
+def _check_num_games(num_games: object) -> int:
     """``num_games`` in [1, MAX_GAMES], the error saying what a larger pool would cost."""
     try:
         return check_int("num_games", num_games, 1, MAX_GAMES)
@@ -304,7 +304,7 @@ class TextWorld(TextEnv):
         self.game_seed: int | None = None
 
     # -- episode -------------------------------------------------------------------------
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = self._seed = random.randrange(2**31)
         elif isinstance(seed, bool) or not isinstance(seed, Integral):

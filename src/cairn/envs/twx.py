@@ -26,7 +26,6 @@ it moves to a fresh JVM and replays its episode there (the games are determinist
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import re
@@ -39,7 +38,14 @@ from py4j.java_gateway import JavaGateway
 from textworld_express.constants import BASEPATH, GAME_NAMES, JAR_PATH
 
 from cairn.envs._common import EpisodeClock, check_bool, check_choice, check_int, next_on_path
-from cairn.envs._jvm import JvmDied, acquire_jvm, claim_dead_jvm, jvm_exit_code, release_jvm
+from cairn.envs._jvm import (
+    JvmDied,
+    acquire_jvm,
+    claim_dead_jvm,
+    jvm_exit_code,
+    let_go,
+    release_jvm,
+)
 from cairn.envs.base import StepResult, TextEnv
 
 __all__ = [
@@ -143,7 +149,7 @@ class TextWorldExpress(TextEnv):
         self._gold: dict[int, tuple[str, ...]] = {}
 
     # -- episode -------------------------------------------------------------------------
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = self._seed = random.randrange(2**31)
         elif isinstance(seed, bool) or not isinstance(seed, Integral):
@@ -270,10 +276,5 @@ class TextWorldExpress(TextEnv):
 
     def _drop_jvm(self) -> None:
         """Let go of this env's JVM (its simulator first, where the JVM still runs)."""
-        gateway = self._gateway
-        if self._entry is not None and gateway is not None and jvm_exit_code(gateway) is None:
-            with contextlib.suppress(Exception):  # a shared JVM drops this env's simulator
-                gateway.detach(self._entry)
-        if self._stop is not None:
-            self._stop()
+        let_go(self._gateway, self._entry, self._stop)
         self._gateway, self._entry, self._stop = None, None, None

@@ -31,7 +31,7 @@ import gzip
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cairn._env_host import EnvFault
 from cairn.agent import PromptBuilder, format_completion
@@ -42,6 +42,7 @@ from cairn.rollout import turn
 
 if TYPE_CHECKING:
     from cairn.policies.hf import HFPolicy
+    from cairn.rollout.settings import RolloutSettings
 
 __all__ = [
     "SOURCES",
@@ -125,7 +126,7 @@ def _read_records(path: Path) -> list[tuple[int, list[str]]]:
 
 
 def constrained_ids(
-    encode: Any, action: str, choices: Sequence[str], eos_id: int
+    encode: Callable[[str], Sequence[int]], action: str, choices: Sequence[str], eos_id: int
 ) -> tuple[list[int], list[list[int]]]:
     """The ids a choice-restricted policy emits for ``action`` and the ids allowed at each.
 
@@ -159,7 +160,7 @@ def demo_episode(
     *,
     policy: HFPolicy,
     prompt: PromptBuilder,
-    settings: Any,
+    settings: RolloutSettings,
     episode_id: int,
     group: int,
     think: Callable[[str], str] | None = None,
@@ -222,7 +223,7 @@ def mix_demos(
     env: TextEnv,
     policy: HFPolicy,
     prompt: PromptBuilder,
-    settings: Any,
+    settings: RolloutSettings,
     only_successful: bool = True,
     on_fault: Callable[[], TextEnv] | None = None,
 ) -> list[Episode]:
@@ -263,6 +264,6 @@ def _demo(env, source, seed, k, policy, prompt, settings, episode_id, group) -> 
     )  # fmt: skip
 
 
-def make_source(name: str, **options: Any) -> DemoSource:
+def make_source(name: str, **options: object) -> DemoSource:
     """``solver`` or ``jsonl`` (options: ``path``, ``match``)."""
     return SOURCES.make(name, **options)

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from cairn.exploration.config import DemosSection, MemorySection, VariantsSection
     from cairn.exploration.memory import TipPromptBuilder
     from cairn.policies.hf import HFPolicy
+    from cairn.rollout.envpool.local import EnvPool
+    from cairn.rollout.envpool.workers import WorkerPool
 
 __all__ = ["DemosHook", "ExplorationHook", "Hook", "MemoryHook", "VariantsHook"]
 
@@ -262,7 +264,7 @@ class DemosHook(Hook):
             self._demo_envs.close()
 
 
-def _instructions(episodes: Sequence[Episode], envs: Any) -> dict[int, str]:
+def _instructions(episodes: Sequence[Episode], envs: EnvPool | WorkerPool) -> dict[int, str]:
     """Each episode's task instruction (its memory partition), by episode id.
 
     Envs whose instruction depends on the seed (search_qa) are reset to it again. A reset

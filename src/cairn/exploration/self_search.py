@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -33,6 +33,9 @@ from cairn.data.episode import Episode, Step
 from cairn.envs import StepResult
 from cairn.policies.hf import Generation, HFPolicy
 from cairn.rollout.loop import RolloutSettings, TurnHook, rollout, tasks_for_groups
+
+if TYPE_CHECKING:
+    from cairn.rollout.context import RolloutContext
 
 __all__ = ["SelfSearch"]
 
@@ -59,7 +62,7 @@ class SelfSearch:
         self.max_info_tokens = max_info_tokens
         self.pattern = re.compile(search_pattern, re.DOTALL | re.IGNORECASE)
 
-    def collect(self, ctx: Any, seeds: Sequence[int], group_size: int) -> list[Episode]:
+    def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         tasks = tasks_for_groups(seeds, group_size)
         return rollout(
             ctx.policy, ctx.envs.take(len(tasks)), tasks, ctx.prompt, ctx.settings,
@@ -118,7 +121,7 @@ class SelfSearch:
         return out
 
 
-def _check_pattern(pattern: Any) -> None:
+def _check_pattern(pattern: object) -> None:
     """ValueError naming the option unless ``pattern`` is a regex with exactly one group."""
     if not isinstance(pattern, str):
         raise ValueError(f"SSRL option search_pattern must be a string, got {pattern!r}")

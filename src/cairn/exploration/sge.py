@@ -38,6 +38,7 @@ from cairn.rollout.loop import TASK_INFO_KEYS, drop_faulted, end_by_fault, play,
 
 if TYPE_CHECKING:
     from cairn.policies.hf import HFPolicy
+    from cairn.rollout.context import RolloutContext
 
 __all__ = ["OUTCOME_WORDS", "GuidedEnv", "SGEStrategy"]
 
@@ -111,7 +112,7 @@ class SGEStrategy:
             past.append((e.events.strategy or "", bool(e.success), float(e.ret)))
 
     # -- sampling -------------------------------------------------------------------------------
-    def collect(self, ctx: Any, seeds: Sequence[int], group_size: int) -> list[Episode]:
+    def collect(self, ctx: RolloutContext, seeds: Sequence[int], group_size: int) -> list[Episode]:
         tasks = tasks_for_groups(seeds, group_size)
         envs = ctx.envs.take(len(tasks))
         resets = reset_all(envs, [seed for _, seed in tasks])  # a failed one: its EnvFault
@@ -141,7 +142,7 @@ class SGEStrategy:
             self.remember(ins, [e for e, i in mine if i == ins and not e.events.faulted])
         return drop_faulted(episodes, getattr(ctx.envs, "faults", None))  # env faults: dropped
 
-    def _plans(self, ctx: Any, instructions: list[str], states: list) -> list[Step]:
+    def _plans(self, ctx: RolloutContext, instructions: list[str], states: list) -> list[Step]:
         """One plan step per episode, sampled hot and rescored at the action temperature."""
         policy, open_tag = ctx.policy, TAGS["strategy"][0]
         texts = [

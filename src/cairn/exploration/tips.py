@@ -17,7 +17,7 @@ One protocol, ``write(episodes, instructions) -> one list of Tip per episode``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -129,7 +129,7 @@ class PolicyTipWriter:
         return out
 
 
-def make_writer(name: str, policy: HFPolicy, prompt: PromptBuilder, **options: Any) -> TipWriter:
+def make_writer(name: str, policy: HFPolicy, prompt: PromptBuilder, **options: object) -> TipWriter:
     """``template`` or ``policy`` writer with its keyword options (the policy and the prompt
     builder go to the writers that take them)."""
     return WRITERS.build(name, options, policy=policy, prompt=prompt)

@@ -38,6 +38,8 @@ from cairn.exploration.registries import GENERATORS
 from cairn.rollout.envpool.calls import GuardedEnv
 
 if TYPE_CHECKING:
+    import torch
+
     from cairn.policies.hf import HFPolicy
 
 __all__ = [
@@ -82,7 +84,7 @@ class SymbolicVariants(_IntegrationProblems):
     """``symbolic``: easier integrands by rewriting the expression tree."""
 
     def variants(self, problem: str, n: int, rng: np.random.Generator) -> list[str]:
-        from cairn.envs.integration import parse_candidate
+        from cairn.envs.antiderivative import parse_candidate
 
         expr = parse_candidate(problem)
         size = sp.count_ops(expr)
@@ -147,7 +149,7 @@ class LLMVariants(_IntegrationProblems):
         self.policy, self.max_new_tokens, self.calls = policy, max_new_tokens, 0
 
     def variants(self, problem: str, n: int, rng: np.random.Generator) -> list[str]:
-        from cairn.envs.integration import parse_candidate
+        from cairn.envs.antiderivative import parse_candidate
 
         temperature = TEMPERATURES[self.calls % len(TEMPERATURES)]
         self.calls += 1
@@ -168,7 +170,7 @@ class LLMVariants(_IntegrationProblems):
 
 
 def make_generator(
-    name: str, *, policy: HFPolicy | None = None, **options: Any
+    name: str, *, policy: HFPolicy | None = None, **options: object
 ) -> VariantGenerator:
     """``symbolic`` or ``llm`` (which samples with ``policy``) with its keyword options."""
     return GENERATORS.build(name, options, policy=policy)
@@ -311,7 +313,7 @@ def test_time_rl(make_trainer: Callable[[], Any]) -> dict[str, Any]:
     return summary
 
 
-def torch_equal(a: Any, b: Any) -> bool:
+def torch_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     import torch
 
     return bool(torch.equal(a, b))

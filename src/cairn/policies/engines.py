@@ -15,9 +15,9 @@ The ``hf`` engine's hooks do nothing: its samples come from the trained weights 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class HFEngine:
         self.policy = policy
 
     @staticmethod
-    def validate_options(options: dict[str, Any]) -> None:
+    def validate_options(options: Mapping[str, object]) -> None:
         if options:
             raise ValueError(f"rollout engine 'hf' takes no options, got {sorted(options)}")
 
@@ -74,7 +74,7 @@ class HFEngine:
 
 
 def vllm_engine(
-    policy: HFPolicy, workdir: Path | None = None, temperature: float = 1.0, **options: Any
+    policy: HFPolicy, workdir: Path | None = None, temperature: float = 1.0, **options: object
 ) -> Engine:
     """The vLLM engine (``cairn.policies.vllm_engine``); ``options`` are ``VLLMOptions`` fields."""
     from cairn.policies.vllm_engine import VLLMEngine, VLLMOptions
@@ -84,7 +84,7 @@ def vllm_engine(
     return VLLMEngine(policy, VLLMOptions.from_dict(options), workdir, temperature)
 
 
-def _check_vllm_options(options: dict[str, Any]) -> None:
+def _check_vllm_options(options: dict[str, object]) -> None:
     """Keys and values of the vllm engine's options, checked without importing vLLM."""
     from cairn.policies.vllm_engine import VLLMOptions
 
@@ -100,7 +100,7 @@ ENGINES = ImportRegistry(
 _CONTEXT = ("policy", "workdir", "temperature")  # supplied by the trainer, not options
 
 
-def validate_engine_options(name: str, options: dict[str, Any]) -> None:
+def validate_engine_options(name: str, options: Mapping[str, object]) -> None:
     """Raise ValueError for an unknown engine, or options (keys or values) it does not take.
 
     Needs no engine installed: vLLM's options are checked without importing vLLM.
@@ -111,7 +111,7 @@ def validate_engine_options(name: str, options: dict[str, Any]) -> None:
 def make_engine(
     name: str,
     policy: HFPolicy,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, object] | None = None,
     workdir: Path | None = None,
     temperature: float = 1.0,
 ) -> Engine:

@@ -13,6 +13,7 @@ component of pretrained models; nothing switches it afterwards (the policy's fie
 fixed: setting one raises). Constrained decoding (``choices``) is
 ``cairn.policies.constrained``: the ids allowed at every generated position are returned,
 so that scoring applies the very same restriction (ratio = 1 before the first update).
+How a token is drawn from its probabilities is ``cairn.policies.sampling``.
 """
 
 from __future__ import annotations
@@ -34,10 +35,13 @@ from cairn.policies.modelio import (
     TokenCount,
     cache_kwarg,
     decoder_and_head,
+    dtype_of,
+    float_head,
     output_cache,
     positions,
 )
 from cairn.policies.options import GenerationOptions
+from cairn.policies.sampling import Rows, multinomial, top_p_filter
 from cairn.policies.sharing import PlainPath, make_path
 
 __all__ = ["Generation", "GenerationOptions", "HFPolicy", "end_token_ids"]
@@ -228,7 +232,7 @@ class HFPolicy:
             allowed = rule.allowed(live.tolist(), run.finish)
             toks, lps, ents = self._sample(
                 logits, allowed, draw.temperature, draw.top_p, draw.greedy, draw.generator,
-                _Rows(live, n),
+                Rows(live, n),
             )  # fmt: skip
             self._record(run, rule, live, toks, (lps, ents, allowed), stop)
             if all(run.finish):
@@ -272,7 +276,7 @@ class HFPolicy:
                 input_ids=ids, attention_mask=attn, position_ids=pos,
                 **{cache_kwarg(decoder): cache}, use_cache=True,
             )  # fmt: skip
-            logits = _float_head(head, out.last_hidden_state[:, -1])
+            logits = float_head(head, out.last_hidden_state[:, -1])
         self._tokens.add(int(attn[:, -ids.shape[1] :].sum()))
         return logits, output_cache(out)
 
@@ -326,7 +330,7 @@ class HFPolicy:
         top_p: float,
         greedy: bool,
         generator: torch.Generator | None,
-        rows: _Rows | None = None,
+        rows: Rows | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Tokens (B,), their log-probs (B,) and the entropies (B,) of the restricted,
         tempered softmax they were drawn from (before top-p truncation, like the log-probs).
@@ -341,8 +345,8 @@ class HFPolicy:
         else:
             probs = logp.exp()
             if top_p < 1.0:
-                probs = _top_p_filter(probs, top_p)
-            toks = _multinomial(probs, generator, rows, self.options.inverse_cdf)
+                probs = top_p_filter(probs, top_p)
+            toks = multinomial(probs, generator, rows, self.options.inverse_cdf)
         return toks, logp.gather(-1, toks[:, None]).squeeze(-1), entropy
 
     # -- scoring ----------------------------------------------------------------------------
@@ -374,7 +378,7 @@ class HFPolicy:
         at = hidden.shape[1] - mask.shape[1] + cols
         h = hidden[batch.context.to(self.device)[rows], at]  # (N, H)
         if self.options.autocast:  # the head in float32, as sampling runs it
-            h = h.to(_dtype_of(head, h.dtype))
+            h = h.to(dtype_of(head, h.dtype))
         allowed = None if batch.allowed is None else batch.allowed.to(self.device)[rows, cols]
         lp, ent = logprobs_from_hidden(
             h, head, batch.actions.to(self.device)[rows, cols], allowed,
@@ -422,81 +426,9 @@ class HFPolicy:
         return logp, ent
 
 
-def _dtype_of(head: torch.nn.Module, default: torch.dtype) -> torch.dtype:
-    """The dtype of ``head``'s weight (``default`` without one)."""
-    weight = getattr(head, "weight", None)
-    return weight.dtype if isinstance(weight, torch.Tensor) else default
-
-
-def _float_head(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """``head(hidden)`` outside autocast, in the head's own dtype, as float logits."""
-    with torch.autocast(hidden.device.type, enabled=False):
-        return head(hidden.to(_dtype_of(head, hidden.dtype))).float()
-
-
-@dataclass
-class _Rows:
-    """Batch rows ``index`` (B,) of a batch of ``total`` rows."""
-
-    index: torch.Tensor
-    total: int
-
-
-def _multinomial(
-    probs: torch.Tensor,
-    generator: torch.Generator | None,
-    rows: _Rows | None,
-    inverse_cdf: bool = False,
-) -> torch.Tensor:
-    """One draw per row of ``probs`` (B, V), as ``torch.multinomial(probs, 1)``.
-
-    When the B rows are part of a larger batch, the draws are those the whole batch would
-    get: torch draws one sample as argmax(p / q) with q ~ Exp(1) of p's shape (the
-    Gumbel-max trick in exponential form), so q is drawn for all ``rows.total`` rows and
-    the running rows' share of it used; the random stream, and so every later token, is
-    the same as when no row was dropped.
-    """
-    if inverse_cdf:
-        return _inverse_cdf(probs, generator, rows)
-    if rows is None or len(rows.index) == rows.total:
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    q = probs.new_empty((rows.total, probs.shape[-1])).exponential_(1, generator=generator)
-    return (probs / q[rows.index.to(probs.device)]).argmax(-1)
-
-
-def _inverse_cdf(
-    probs: torch.Tensor, generator: torch.Generator | None, rows: _Rows | None
-) -> torch.Tensor:
-    """One draw per row of ``probs`` (B, V) by inverting its CDF: the first token whose
-    cumulative mass exceeds u x (the row's mass), u ~ U[0, 1) drawn for every row of the
-    whole batch (``rows.total``) and the running rows' share used, as in ``_multinomial``.
-    B uniforms per token instead of B x V exponentials: on a CPU with a 49k vocabulary the
-    exponentials cost ~40 ms per decode step of 32 rows, a sixth of the rollout."""
-    total = probs.shape[0] if rows is None else rows.total
-    device = generator.device if generator is not None else probs.device
-    u = torch.rand(total, generator=generator, dtype=torch.float64, device=device)
-    if rows is not None:
-        u = u[rows.index.to(device)]
-    cum = probs.double().cumsum(-1)
-    target = (u.to(probs.device) * cum[:, -1])[:, None]
-    tok = (cum <= target).sum(-1)  # the first index whose cumulative mass exceeds target
-    # target == the row's mass (u's rounding): the last token with mass, never a zero one
-    last = (probs > 0).cumsum(-1).argmax(-1)
-    return torch.minimum(tok, last)
-
-
 def end_token_ids(model: torch.nn.Module, tokenizer) -> frozenset[int]:
     """The ids that end a completion: the tokenizer's eos and every end token of the
     model's generation config (an int or a list: SmolLM2's ends a turn with <|im_end|>)."""
     listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids = listed if isinstance(listed, list | tuple) else [listed]
     return frozenset(int(i) for i in [tokenizer.eos_token_id, *ids] if i is not None)
-
-
-def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero the tail outside the smallest set of tokens whose mass reaches ``top_p``."""
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    cum = sorted_p.cumsum(-1)
-    drop = cum - sorted_p > top_p
-    sorted_p = sorted_p.masked_fill(drop, 0.0)
-    return torch.zeros_like(probs).scatter(-1, order, sorted_p)

@@ -12,6 +12,9 @@ the batch cache that continues them:
     batch(keys)                 (cache, mask): the kept rows of ``keys`` left-padded to one
                                 width (no entry: an empty row)
 
+``keep_rows`` keeps the chosen rows of a generation batch, each under its prompt and
+sampled tokens.
+
 Keys and values depend on the weights: every entry is dropped when ``weights_version``
 changes (an optimizer step or a loaded state dict bumps a parameter's version counter).
 Only caches of plain layers (a key and a value tensor per layer, no sliding window) are
@@ -21,11 +24,14 @@ kept; any other cache class keeps nothing, and generation then prefills every pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-__all__ = ["KeptCaches", "plain_layers", "weights_version"]
+if TYPE_CHECKING:
+    from transformers import DynamicCache
+
+__all__ = ["KeptCaches", "keep_rows", "plain_layers", "weights_version"]
 
 Row = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (heads, T, dim)
 
@@ -36,7 +42,7 @@ def weights_version(model: torch.nn.Module) -> int:
     return sum(p._version for p in model.parameters())
 
 
-def plain_layers(cache: Any) -> list[Any] | None:
+def plain_layers(cache: object) -> list[Any] | None:
     """The layers of ``cache`` when each is a plain key and value tensor (no sliding
     window), else None."""
     layers = getattr(cache, "layers", None)
@@ -68,7 +74,7 @@ class KeptCaches:
                     return key
         return None
 
-    def keep(self, cache: Any, attn: torch.Tensor, j: int, seq: Sequence[int]) -> None:
+    def keep(self, cache: object, attn: torch.Tensor, j: int, seq: Sequence[int]) -> None:
         """Keep row ``j`` of ``cache`` for the tokens ``seq``: the first ``len(seq)``
         columns that ``attn`` (the batch's attention mask) attends to."""
         layers = plain_layers(cache)
@@ -84,7 +90,7 @@ class KeptCaches:
 
     def batch(
         self, keys: Sequence[tuple[int, ...] | None], device: torch.device
-    ) -> tuple[Any, torch.Tensor]:
+    ) -> tuple[DynamicCache, torch.Tensor]:
         """(DynamicCache, attention mask (U, T)) of the kept rows ``keys`` (None: none),
         left-padded to the longest (T columns; padding masked out)."""
         from transformers import DynamicCache
@@ -104,3 +110,23 @@ class KeptCaches:
                     mask[i, width - len(key) :] = 1
             cache.update(k, v, layer)
         return cache, mask
+
+
+def keep_rows(
+    kept: KeptCaches,
+    cache: Any,
+    attn: torch.Tensor,
+    live: torch.Tensor,
+    batch_rows: Any,
+    prompts: Sequence[Sequence[int]],
+    out_ids: Sequence[list[int]],
+    select: torch.Tensor | None,
+) -> None:
+    """Keep rows ``batch_rows`` of the generation batch (output rows ``live``) in ``kept``:
+    each holds its prompt and every sampled token but the last (never fed). ``select``:
+    before the first expansion, output row i is cache row select[i]."""
+    for j in batch_rows:
+        i = int(live[j])
+        if out_ids[i]:  # a row that sampled nothing fed nothing after its prompt
+            row = int(select[i]) if select is not None else j
+            kept.keep(cache, attn, row, [*prompts[i], *out_ids[i][:-1]])

@@ -20,10 +20,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from cairn.data.tokens import TokenBatch
 
 __all__ = [
     "AdaptedModel",
@@ -33,6 +36,7 @@ __all__ = [
     "as_adapted",
     "has_adapters",
     "load_adapters",
+    "lora_spec",
     "merged_state_dict",
     "plain_model",
     "reference_logprobs",
@@ -72,6 +76,15 @@ class LoraSpec:
             raise ValueError(f"lora target_modules must be non-empty names, got {targets!r}")
 
 
+def lora_spec(lora: Any) -> LoraSpec:
+    """The ``LoraSpec`` of a config's ``model.lora`` section (or a mapping of its keys)."""
+    data = lora.model_dump() if hasattr(lora, "model_dump") else dict(lora)
+    targets = data.get("target_modules", "all-linear")
+    if not isinstance(targets, str):
+        data["target_modules"] = tuple(targets)
+    return LoraSpec(**data)
+
+
 def _peft():
     try:
         import peft
@@ -96,11 +109,11 @@ class AdaptedModel(Protocol):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
-    def eval(self) -> Any: ...
+    def eval(self) -> object: ...
 
-    def train(self, mode: bool = True) -> Any: ...
+    def train(self, mode: bool = True) -> object: ...
 
-    def disable_adapter(self) -> AbstractContextManager[Any]: ...
+    def disable_adapter(self) -> AbstractContextManager[object]: ...
 
     def merge_adapter(self) -> None: ...
 
@@ -203,7 +216,7 @@ class AdapterDisabled(torch.nn.Module):
 
 @torch.no_grad()
 def reference_logprobs(
-    policy: Any, ref_model: torch.nn.Module, tokens: Any, temperature: float
+    policy: Any, ref_model: torch.nn.Module, tokens: TokenBatch, temperature: float
 ) -> list[list[float]]:
     """Per-row action log-probs under ``ref_model`` (the KL reference), scored like
     ``policy`` scores, in chunks of about 1024 rows: one list per token-batch row.
@@ -214,7 +227,7 @@ def reference_logprobs(
     would run the whole model and its output head over every row's full context.
     """
     if isinstance(ref_model, AdapterDisabled):
-        scope: AbstractContextManager[Any] = ref_model.switched_off()
+        scope: AbstractContextManager[object] = ref_model.switched_off()
         ref = policy.with_model(ref_model.adapted)
     else:
         scope, ref = nullcontext(), policy.with_model(ref_model)

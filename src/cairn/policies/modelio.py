@@ -1,7 +1,7 @@
 """What the policy needs to know about a transformers causal LM's forward: the name of its
-KV-cache argument, whether it recomputes activations, its decoder and output head, and
-the positions of left-padded rows. Shared by ``hf`` (the sampler and scorer) and
-``sharing`` (the shared-prefix component)."""
+KV-cache argument, whether it recomputes activations, its decoder and output head (and
+the head run in float32 outside autocast), and the positions of left-padded rows. Shared
+by ``hf`` (the sampler and scorer) and ``sharing`` (the shared-prefix component)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ __all__ = [
     "cache_kwarg",
     "checkpointing",
     "decoder_and_head",
+    "dtype_of",
+    "float_head",
     "positions",
     "save_pretrained",
 ]
@@ -49,16 +51,16 @@ def output_cache(out: Any) -> Any:
     return out.cache if hasattr(out, "cache") else out.past_key_values
 
 
-def _unwrapped(model: torch.nn.Module) -> Any:
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     """A PEFT wrapper's base model, else ``model``."""
     base = getattr(model, "get_base_model", None)
     return base() if base is not None else model
 
 
-_CACHE_KWARG: dict[Any, str] = {}  # model class -> ``_cache_kwarg_of``
+_CACHE_KWARG: dict[type[torch.nn.Module], str] = {}  # model class -> ``_cache_kwarg_of``
 
 
-def _cache_kwarg_of(cls: Any) -> str:
+def _cache_kwarg_of(cls: type[torch.nn.Module]) -> str:
     """``cache_kwarg`` of a model class (its forward's parameter name)."""
     if cls not in _CACHE_KWARG:
         names = signature(cls.forward).parameters
@@ -112,3 +114,15 @@ def save_pretrained(model: torch.nn.Module, folder: str | PathLike[str], **kwarg
     if not isinstance(model, SavesPretrained):
         raise TypeError(f"{type(model).__name__} has no save_pretrained: it cannot be saved")
     model.save_pretrained(folder, **kwargs)
+
+
+def dtype_of(head: torch.nn.Module, default: torch.dtype) -> torch.dtype:
+    """The dtype of ``head``'s weight (``default`` without one)."""
+    weight = getattr(head, "weight", None)
+    return weight.dtype if isinstance(weight, torch.Tensor) else default
+
+
+def float_head(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """``head(hidden)`` outside autocast, in the head's own dtype, as float logits."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        return head(hidden.to(dtype_of(head, hidden.dtype))).float()

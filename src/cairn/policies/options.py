@@ -8,7 +8,7 @@ The plain path (all sharing and caching off) is the reference: the shared-prefix
 gives the same sampled tokens and the same log-probs, entropies and gradients within float
 rounding (tests/policies compare them), and with every switch off it is the plain path bit
 for bit. The tiny default runs the plain path (the demo's numbers are the reference's);
-pretrained models run the component (``cairn.policies.generation_options``).
+pretrained models run the component (``generation_options``).
 
 ``autocast`` (bfloat16 autocast of the decoder; the output head, the adapters and the
 optimizer state stay float32) applies to sampling and scoring alike, so the behaviour
@@ -29,8 +29,31 @@ import time
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-__all__ = ["BF16_MIN_SPEEDUP", "GenerationOptions", "bf16_flags", "bf16_speedup", "cpu_has_bf16"]
+__all__ = [
+    "BF16_MIN_SPEEDUP",
+    "BUCKET_COST_ACCELERATOR",
+    "BUCKET_COST_CPU",
+    "PREFIX_BLOCK",
+    "GenerationOptions",
+    "autocast_on",
+    "bf16_flags",
+    "bf16_speedup",
+    "cpu_has_bf16",
+    "generation_options",
+]
+
+# Tokens per kept block of the prompts' shared prefix (GenerationOptions.prefix_block): 256 of
+# sokoban_smol's 301-token instruction are kept across a rollout's turns.
+PREFIX_BLOCK = 128
+# What one more decoder call in an update is worth, in padding tokens (bucket_cost):
+# on one CPU core a call of a few tokens after a ~500-token cache costs about what 25-40
+# tokens cost in a large call (0.1-0.2 s against ~4 ms a token, forward, on
+# SmolLM2-135M-Instruct). A GPU runs a small model's tokens almost free and its calls not,
+# so it buckets only where padding is large (a guess: not measured on a GPU).
+BUCKET_COST_CPU = 32
+BUCKET_COST_ACCELERATOR = 1024
 
 
 @dataclass(frozen=True)
@@ -104,6 +127,53 @@ class GenerationOptions:
 #: without AMX 0.3-0.5x, to AVX512 0.1x, to AVX2 0.01-0.05x. The margin on both sides keeps
 #: a loaded machine's noise from flipping the choice.
 BF16_MIN_SPEEDUP = 1.2
+
+
+def generation_options(cfg: Any, extend_turns: bool = False) -> GenerationOptions:
+    """The sampling and scoring options of a policy built from ``cfg`` (ModelConfig).
+
+    Pretrained models (``model.path``) draw each token by inverting its CDF, drop finished
+    rows while generating, run their prompts' shared prefix once and keep its blocks
+    between calls, continue each episode's
+    KV cache where a turn's prompt extends the last (``extend_turns``:
+    ``cairn.train.settings.turns_extend``), and score in buckets of similar length; the tiny
+    default runs the plain path, the reference those are tested against: its prompts are
+    short enough that sharing buys little, and the inverse-CDF draws and bucketed scoring
+    would change its sampled tokens and the last bits of its losses, so a seed of the demo
+    would no longer give the reference's numbers. ``model.autocast`` (``autocast_on``)
+    picks the precision.
+    """
+    import torch  # at call time: this module imports no torch
+
+    real = cfg.path is not None
+    device = torch.device(cfg.device)
+    cost = BUCKET_COST_CPU if device.type == "cpu" else BUCKET_COST_ACCELERATOR
+    return GenerationOptions(
+        drop_finished=real,
+        share_prefix=real,
+        reuse_cache=real and extend_turns,
+        prefix_block=PREFIX_BLOCK if real else 0,
+        bucket_cost=cost if real else None,
+        autocast=autocast_on(cfg),
+        inverse_cdf=real,
+    )
+
+
+def autocast_on(cfg: Any) -> bool:
+    """Whether the policy's forwards run under bfloat16 autocast (``model.autocast``):
+    ``bf16`` always, ``off`` never, ``auto`` for a pretrained model (``model.path``) with
+    float32 weights on a CPU that multiplies bfloat16 natively (AMX or AVX512-BF16,
+    ``cpu_has_bf16``). The tiny default stays float32 under ``auto``: it runs the float32
+    reference path, which bfloat16 would change for little speed on a model that small;
+    every other device stays float32 too, as autocast was not measured there. A config
+    object without the key reads as the schema's default, ``auto``."""
+    mode = getattr(cfg, "autocast", "auto")
+    if mode in ("bf16", "off"):
+        return mode == "bf16"
+    import torch
+
+    cpu = torch.device(cfg.device).type == "cpu"
+    return cfg.path is not None and cfg.dtype == "float32" and cpu and cpu_has_bf16()
 
 
 @lru_cache(maxsize=1)

@@ -16,20 +16,20 @@ numbers are the plain path's). ``SharedPath`` (``GenerationOptions``: ``share_pr
 rows share once, drops finished rows, continues kept caches and scores in buckets of
 similar length; its numbers equal the plain path's within float rounding (a different
 batch shape), its sampled tokens are the same, and with every switch off it is the plain
-path bit for bit.
+path bit for bit. The plans it follows over token rows (shared prefixes, buckets) are
+``cairn.policies.rowplan``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from cairn.data.tokens import ScoreInputs, left_pad
-from cairn.policies.kv import KeptCaches, plain_layers, weights_version
+from cairn.policies.kv import KeptCaches, keep_rows, plain_layers, weights_version
 from cairn.policies.modelio import (
     TokenCount,
     cache_kwarg,
@@ -38,12 +38,20 @@ from cairn.policies.modelio import (
     positions,
 )
 from cairn.policies.options import GenerationOptions
+from cairn.policies.rowplan import (
+    Past,
+    Staged,
+    by_past,
+    common_prefix,
+    partition,
+    representatives,
+    scored_tails,
+    unpadded,
+)
 
 __all__ = ["KEPT_BLOCK_TOKENS", "PlainPath", "SharedPath", "make_path"]
 
 KEPT_BLOCK_TOKENS = 8192  # at most this many token columns of kept prefix blocks (``prefix_block``)
-
-Past = tuple[Any, torch.Tensor]  # a KV cache and the attention mask of its columns
 
 
 class PlainPath:
@@ -77,7 +85,7 @@ class PlainPath:
     def hidden(
         self, model: torch.nn.Module, decoder: torch.nn.Module, batch: ScoreInputs
     ) -> torch.Tensor:
-        contexts = _unpadded(batch.input_ids, batch.attention_mask)
+        contexts = unpadded(batch.input_ids, batch.attention_mask)
         out, _ = self.feed(decoder, None, contexts, {}, use_cache=False)
         hidden = out.last_hidden_state
         width = max(1, max(map(len, contexts)))
@@ -150,7 +158,7 @@ class SharedPath(PlainPath):
         if keep is not None and self._next is not None:
             assert attn is not None
             gone = set(range(len(live))) - set(keep.tolist())
-            _keep_rows(self._next, cache, attn, live, gone, prompts, out_ids, select)
+            keep_rows(self._next, cache, attn, live, gone, prompts, out_ids, select)
         return keep
 
     def end(
@@ -164,7 +172,7 @@ class SharedPath(PlainPath):
     ) -> None:
         """Keep the rows still in the batch for the next call (``reuse_cache``)."""
         if self._next is not None:
-            _keep_rows(self._next, cache, attn, live, range(len(live)), prompts, out_ids, select)
+            keep_rows(self._next, cache, attn, live, range(len(live)), prompts, out_ids, select)
             self.kept, self._next = self._next, None
 
     def before_score(self) -> None:
@@ -207,13 +215,13 @@ class SharedPath(PlainPath):
         cache rows, summed over the contexts that attend to them), left-padded to W.
 
         With ``bucket_cost``, every stage and then the contexts' own tokens run in buckets
-        of similar length (``_partition``); their outputs are left-padded to W again, where
+        of similar length (``partition``); their outputs are left-padded to W again, where
         nothing reads the padding.
         """
         cost = self.options.bucket_cost
         shares = self.options.share_prefix and not checkpointing(model)
-        contexts = _unpadded(batch.input_ids, batch.attention_mask)
-        keep = _scored_tails(batch) if shares else [len(c) for c in contexts]  # all: no stage
+        contexts = unpadded(batch.input_ids, batch.attention_mask)
+        keep = scored_tails(batch) if shares else [len(c) for c in contexts]  # all: no stage
         staged = self._staged(decoder, contexts, keep, None, cost, {})
         tails = staged.tails(contexts)
         width = max(1, max(map(len, tails)))
@@ -266,7 +274,7 @@ class SharedPath(PlainPath):
         blocks: KeptCaches | None,
         cost: int | None,
         kwargs: dict[str, Any],
-    ) -> _Staged:
+    ) -> Staged:
         """Run the stages ``prefix_stages`` plans for ``rows`` (``keeps``: their last tokens
         to feed last) through ``module``: first the prefix every row begins with, as one row;
         then each group of rows that agree on all they may share (a GRPO group's prompt), as
@@ -278,13 +286,13 @@ class SharedPath(PlainPath):
         ``blocks`` (generation, ``prefix_block``): the prefix of all rows runs in whole
         blocks, each kept there or taken from there (``_blocked_prefix``), then its rest.
         """
-        staged = _Staged(pasts=[None], where=[(0, 0)], group=[0] * len(rows), cut=[0])
+        staged = Staged(pasts=[None], where=[(0, 0)], group=[0] * len(rows), cut=[0])
         for new_group, new_cut in self.prefix_stages(rows, keeps, single=blocks is not None):
-            reps = _representatives(new_group)
+            reps = representatives(new_group)
             old = staged
             segs = [rows[r][old.cut[old.group[r]] : new_cut[g]] for g, r in enumerate(reps)]
             parent = [old.where[old.group[r]] for r in reps]
-            staged = _Staged(pasts=[], where=[(0, 0)] * len(reps), group=new_group, cut=new_cut)
+            staged = Staged(pasts=[], where=[(0, 0)] * len(reps), group=new_group, cut=new_cut)
             if old.pasts == [None] and blocks is not None and len(reps) == 1:  # all rows' prefix
                 staged.pasts.append(self._blocked_prefix(module, segs[0], blocks, kwargs))
                 continue
@@ -336,15 +344,15 @@ class SharedPath(PlainPath):
     ) -> Iterator[tuple[list[int], Past | None]]:
         """The batches that feed items of ``lengths`` tokens, each item after row
         ``where[i] = (p, j)`` of ``pasts[p]``: (the items, their parents' cache rows, None
-        from position 0). The items after one cache are split by ``_partition`` with
+        from position 0). The items after one cache are split by ``partition`` with
         ``cost`` (``bucket_cost``), or kept in one batch (``cost`` None, or a cache that can
         only be reordered in place)."""
-        for p, members in _by_past(where).items():
+        for p, members in by_past(where).items():
             past = pasts[p]
             if cost is None or (past is not None and plain_layers(past[0]) is None):
                 buckets = [list(range(len(members)))]
             else:
-                buckets = _partition([lengths[i] for i in members], cost)
+                buckets = partition([lengths[i] for i in members], cost)
             for bucket in buckets:
                 items = [members[i] for i in bucket]
                 index = [where[i][1] for i in items]
@@ -390,7 +398,7 @@ class SharedPath(PlainPath):
             return []
         limits = [max(0, len(r) - k) for r, k in zip(rows, keep, strict=True)]
         stages = []
-        everyone = min(_common_prefix(rows), min(limits))
+        everyone = min(common_prefix(rows), min(limits))
         if everyone >= least:
             stages.append(([0] * len(rows), [everyone]))
         else:
@@ -421,105 +429,3 @@ def _running(live: torch.Tensor, finish: list[str]) -> torch.Tensor | None:
     if not running or 2 * len(running) > len(live):
         return None
     return torch.tensor(running, dtype=torch.long)
-
-
-def _keep_rows(
-    kept: KeptCaches,
-    cache: Any,
-    attn: torch.Tensor,
-    live: torch.Tensor,
-    batch_rows: Any,
-    prompts: Sequence[Sequence[int]],
-    out_ids: Sequence[list[int]],
-    select: torch.Tensor | None,
-) -> None:
-    """Keep rows ``batch_rows`` of the generation batch (output rows ``live``) in ``kept``:
-    each holds its prompt and every sampled token but the last (never fed). ``select``:
-    before the first expansion, output row i is cache row select[i]."""
-    for j in batch_rows:
-        i = int(live[j])
-        if out_ids[i]:  # a row that sampled nothing fed nothing after its prompt
-            row = int(select[i]) if select is not None else j
-            kept.keep(cache, attn, row, [*prompts[i], *out_ids[i][:-1]])
-
-
-def _representatives(group: Sequence[int]) -> list[int]:
-    """The first row of each group 0..K-1 of ``group`` (row -> group)."""
-    first: dict[int, int] = {}
-    for row, g in enumerate(group):
-        first.setdefault(g, row)
-    return [first[g] for g in range(len(first))]
-
-
-@dataclass
-class _Staged:
-    """The prefix stages run so far (``SharedPath._staged``): ``pasts``, the (cache, mask)
-    of each batch the last stage ran (``[None]`` before any); ``where``, per group of that
-    stage, its batch in ``pasts`` and its row there; ``group`` (row -> group) and ``cut``
-    (per group: its tokens fed, from position 0)."""
-
-    pasts: list[Past | None]
-    where: list[tuple[int, int]]
-    group: list[int]
-    cut: list[int]
-
-    def tails(self, rows: Sequence[Sequence[int]]) -> list[Sequence[int]]:
-        """Each row's tokens after its group's stages."""
-        return [r[self.cut[g] :] for r, g in zip(rows, self.group, strict=True)]
-
-
-def _by_past(where: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
-    """The indices of ``where`` ((batch, row) pairs) by batch, batches in order."""
-    out: dict[int, list[int]] = {}
-    for i, (p, _) in enumerate(where):
-        out.setdefault(p, []).append(i)
-    return dict(sorted(out.items()))
-
-
-def _partition(lengths: Sequence[int], cost: int) -> list[list[int]]:
-    """The indices of ``lengths`` in buckets, longest rows first, that minimise the tokens
-    fed when each bucket is left-padded to its longest row, plus ``cost`` tokens per bucket
-    (what one more forward call is worth). Optimal among all partitions: some optimal one
-    cuts the longest-first order into runs (swapping a shorter row into a bucket with a
-    longer head never adds padding), and dynamic programming finds the best runs."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    best = [0] + [0] * len(order)  # best[k]: the cost of the first k rows of ``order``
-    start = [0] * (len(order) + 1)  # where the last run of that best partition starts
-    for end in range(1, len(order) + 1):
-        costs = [best[k] + (end - k) * lengths[order[k]] + cost for k in range(end)]
-        start[end] = min(range(end), key=costs.__getitem__)
-        best[end] = costs[start[end]]
-    runs: list[list[int]] = []
-    end = len(order)
-    while end:
-        runs.insert(0, order[start[end] : end])
-        end = start[end]
-    return runs
-
-
-def _scored_tails(batch: ScoreInputs) -> list[int]:
-    """Per context of ``batch``, how many of its last positions give scored log-probs: the
-    widest of its rows' spans from the first scored action column to the end (at least 1)."""
-    mask = batch.action_mask
-    width = mask.shape[1]
-    first = torch.where(mask.any(1), mask.int().argmax(1), width)  # (B,) first scored column
-    tails = torch.ones(batch.input_ids.shape[0], dtype=torch.long)
-    tails.scatter_reduce_(0, batch.context.cpu(), (width - first).cpu(), reduce="amax")
-    return tails.tolist()
-
-
-def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
-    """Length of the longest prefix all ``rows`` share: that of the lexicographically
-    smallest and largest (rows between them share at least as much)."""
-    keys = [tuple(r) for r in rows]
-    low, high = min(keys), max(keys)
-    for k, (a, b) in enumerate(zip(low, high, strict=False)):
-        if a != b:
-            return k
-    return min(len(low), len(high))
-
-
-def _unpadded(ids: torch.Tensor, attn: torch.Tensor) -> list[list[int]]:
-    """The token rows of left-padded ``ids`` (U, L), without their padding."""
-    lengths = attn.sum(-1).tolist()
-    return [row[len(row) - n :] for row, n in zip(ids.tolist(), lengths, strict=True)]

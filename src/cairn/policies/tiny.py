@@ -9,9 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, PretrainedConfig, Qwen2Config
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+)
 
-__all__ = ["ARCHITECTURES", "build_tiny_model", "tiny_config"]
+__all__ = ["ARCHITECTURES", "build_tiny_model", "tiny_config", "tiny_model"]
 
 ARCHITECTURES = ("llama", "qwen2")
 
@@ -60,3 +66,22 @@ def build_tiny_model(config: PretrainedConfig, seed: int) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(config)
+
+
+def tiny_model(
+    cfg: Any, tokenizer: PreTrainedTokenizerBase, attn: str | None, seed: int
+) -> torch.nn.Module:
+    """The tiny default model of ``cfg`` over ``tokenizer``, initialised from ``seed``."""
+    config = tiny_config(
+        len(tokenizer),
+        arch=cfg.arch,
+        hidden_size=cfg.hidden_size,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        intermediate_size=cfg.intermediate_size,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        attn_implementation=attn,
+        max_positions=max(1024, getattr(cfg, "max_context", None) or 0),
+    )
+    return build_tiny_model(config, seed)

@@ -3,7 +3,8 @@
 A tiny model reads an env's closed vocabulary best one word per token: `word_tokenizer`
 builds a word-level tokenizer from the env's `vocabulary()` plus the prompt template's
 words. Open-text envs (no closed vocabulary) get `bpe_tokenizer`, a byte-level BPE trained
-on sample text. Both are `PreTrainedTokenizerFast`, saved with every checkpoint.
+on sample text. `local_tokenizer` picks one for an env (the tiny default's tokenizer).
+Both are `PreTrainedTokenizerFast`, saved with every checkpoint.
 
 `chat_tokenizer` is the local stand-in for an instruction model's tokenizer: a byte-level
 BPE trained on env text, ChatML control tokens (``<|im_start|>``, ``<|im_end|>`` = eos,
@@ -16,10 +17,17 @@ is, so reasoning inside ``<think>`` stays in later turns). Saved with
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
+import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from cairn.agent import TEMPLATE_WORDS, format_completion
+
+if TYPE_CHECKING:
+    from cairn.envs import TextEnv
 
 __all__ = [
     "CHAT_MARKUP",
@@ -28,6 +36,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "bpe_tokenizer",
     "chat_tokenizer",
+    "local_tokenizer",
     "word_tokenizer",
 ]
 
@@ -118,3 +127,51 @@ def chat_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTok
     )
     out.chat_template = CHAT_TEMPLATE
     return out
+
+
+def local_tokenizer(
+    env: TextEnv,
+    instruction: str,
+    sample_seeds: int = 16,
+    kind: str = "auto",
+    vocab_size: int = 512,
+    extra_words: Sequence[str] = (),
+):
+    """The tiny default's tokenizer, built here in well under a second.
+
+    ``auto``: word-level over the env's closed vocabulary, else a BPE trained on sampled
+    text; ``word`` / ``bpe`` force one; ``chat``: a BPE with ChatML tokens and a chat
+    template (``chat_tokenizer``) trained on what the env produces: instructions,
+    observations over ``sample_seeds`` episodes of random admissible actions, and those
+    actions written as ``<think>``/``<action>`` and tool-call completions.
+    """
+    words = env.vocabulary()
+    if kind == "word" or (kind == "auto" and words):
+        return word_tokenizer([*words, instruction, *TEMPLATE_WORDS, *extra_words])
+    texts = [instruction, " ".join(TEMPLATE_WORDS)]
+    if extra_words:  # kept out of the texts when none, so existing tokenizers stay the same
+        texts.append(" ".join(extra_words))
+    for seed in range(sample_seeds):
+        texts += _episode_text(env, seed, steps=4 if kind == "chat" else 0)
+    if kind == "chat":
+        return chat_tokenizer(texts, vocab_size)
+    return bpe_tokenizer(texts, vocab_size)
+
+
+def _episode_text(env: TextEnv, seed: int, steps: int) -> list[str]:
+    """Instruction, observations and actions of one episode of random admissible actions
+    (seeded), the actions also as completions in every action format."""
+    obs, info = env.reset(seed=seed)
+    texts = [obs, env.instruction, " ".join(info.get("admissible") or [])]
+    rng = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        actions = info.get("admissible") or []
+        if not actions:
+            break
+        action = actions[int(torch.randint(len(actions), (1,), generator=rng))]
+        texts += [format_completion(action, think=obs.split(" ", 1)[0])]
+        obs, _, term, trunc, info = env.step(action)
+        texts.append(obs)
+        if term or trunc:
+            break
+    return texts

@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,14 +32,14 @@ import numpy as np
 __all__ = ["anchor_neighbours", "build_tree", "first_crit", "step_groups"]
 
 
-def step_groups(episodes: Sequence[dict[str, Any]]) -> Counter[str]:
+def step_groups(episodes: Sequence[Mapping[str, object]]) -> Counter[str]:
     """Turns per anchor text over a group's episode records (GiGPO's step groups)."""
     return Counter(
         str(s.get("anchor", s.get("observation", ""))) for e in episodes for s in _steps(e)
     )
 
 
-def _steps(episode: dict[str, Any]) -> list[dict[str, Any]]:
+def _steps(episode: Mapping[str, object]) -> list[dict[str, Any]]:
     steps = episode.get("steps")
     return [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
 
@@ -84,7 +84,7 @@ def anchor_neighbours(
     return rows, method
 
 
-def first_crit(episode: dict[str, Any]) -> int | None:
+def first_crit(episode: Mapping[str, object]) -> int | None:
     """t of the first step whose ``after_error`` (or ``crit``, its published name) is true
     (ELPO's localised error step), else None."""
     for s in _steps(episode):
@@ -93,7 +93,7 @@ def first_crit(episode: dict[str, Any]) -> int | None:
     return None
 
 
-def _path(value: Any) -> tuple | None:
+def _path(value: object) -> tuple | None:
     return tuple(value) if isinstance(value, list | tuple) else None
 
 

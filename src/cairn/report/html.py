@@ -14,8 +14,9 @@ from __future__ import annotations
 import html
 import json
 import math
+import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 
-def render(payload: dict[str, Any]) -> str:
+def render(payload: Mapping[str, object]) -> str:
     """The HTML page for a payload (``payload["kind"]`` is "run" or "compare")."""
     title = html.escape(str(payload.get("title", "cairn report")))
     sub = html.escape(str(payload.get("run_dir", "")))
@@ -91,7 +92,7 @@ def read_payload(report: Path) -> dict[str, Any]:
 _DATA_TAG = '<script id="cairn-data" type="application/json">'
 
 
-def _finite(obj: Any) -> Any:
+def _finite(obj: object) -> object:
     """NaN and infinities (JSON.parse rejects them) to None, anywhere in ``obj``."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -102,7 +103,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _dumps(payload: dict[str, Any]) -> str:
+def _dumps(payload: Mapping[str, object]) -> str:
     try:
         return json.dumps(payload, separators=(",", ":"), allow_nan=False)
     except (ValueError, TypeError):  # a NaN or an odd type in free-form fields (meta, extras)
@@ -157,7 +158,7 @@ def _band(curves: list[list[list[float]]]) -> dict[str, list[float]]:
     }
 
 
-def _cell(v: Any, digits: int = 3) -> str | None:
+def _cell(v: object, digits: int = 3) -> str | None:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return None
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
@@ -260,7 +261,9 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, handler)
         self.slots = threading.BoundedSemaphore(MAX_HANDLERS)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def process_request(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: object
+    ) -> None:
         self.slots.acquire()  # all busy: stop accepting; the kernel queues the rest
         try:
             super().process_request(request, client_address)
@@ -268,7 +271,9 @@ class _Server(ThreadingHTTPServer):
             self.slots.release()
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def process_request_thread(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: object
+    ) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -293,7 +298,7 @@ def _handler(page: bytes) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(page)
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
+        def log_message(self, format: str, *args: object) -> None:  # quiet
             pass
 
     return Page

@@ -16,7 +16,7 @@ ELPO ``A_b``/``A_t``); other numbers (``G``, ``w``, ``value``, ...) are shown as
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -51,7 +51,7 @@ class Strings:
         self.index: dict[str, int] = {}
         self.items: list[str] = []
 
-    def add(self, text: Any) -> int:
+    def add(self, text: object) -> int:
         text = "" if text is None else str(text)
         k = self.index.get(text)
         if k is None:
@@ -60,14 +60,14 @@ class Strings:
         return k
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         return None
     return float(v)
 
 
 # -- curves ------------------------------------------------------------------------------------
-def _series(rows: list[dict], key: str) -> dict[str, Any] | None:
+def _series(rows: list[dict], key: str) -> dict[str, object] | None:
     pts = [(_num(r.get("episodes", r.get("iteration"))), _num(r.get(key))) for r in rows]
     pts = [(x, y) for x, y in pts if x is not None and y is not None]
     if not pts:
@@ -75,7 +75,7 @@ def _series(rows: list[dict], key: str) -> dict[str, Any] | None:
     return {"name": key, "x": [p[0] for p in pts], "y": [p[1] for p in pts]}
 
 
-def curves(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> dict[str, Any]:
+def curves(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> dict[str, object]:
     """Panels of series ``{"name", "x" (episodes), "y"}``; eval series come from ``evals``."""
     note = ""
     if len(metrics) > CURVE_POINTS:
@@ -223,7 +223,7 @@ def _scale(iterations: list[dict[str, Any]]) -> float:
 
 
 # -- overview ----------------------------------------------------------------------------------
-def _fmt(v: Any) -> str:
+def _fmt(v: object) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):
@@ -231,7 +231,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _to_target(summary: dict[str, Any]) -> Any:
+def _to_target(summary: Mapping[str, object]) -> object:
     hit = summary.get("episodes_to_target")
     return "not reached" if hit is None and summary.get("target") is not None else hit
 
@@ -274,7 +274,7 @@ def _proximity(config: dict[str, Any]) -> Proximity | None:
     return Proximity(tau if tau and tau > 0 else 0.1, str(tokens))
 
 
-def run_payload(data: RunData, sampling: Sampling) -> dict[str, Any]:
+def run_payload(data: RunData, sampling: Sampling) -> dict[str, object]:
     """The report's data for one run (JSON-ready)."""
     strings = Strings()
     proximity = _proximity(data.config)
@@ -314,7 +314,7 @@ def _names(iterations: list[dict[str, Any]], key: str) -> list[str]:
     return list(seen)
 
 
-def _eval_table(evals: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _eval_table(evals: Sequence[Mapping[str, object]]) -> dict[str, object]:
     cols = ["iteration", "episodes"]
     for e in evals:
         cols += [k for k in e if k.startswith("eval/") and k not in cols]

@@ -30,6 +30,7 @@ from cairn.data.episode import Episode
 
 if TYPE_CHECKING:
     from cairn.exploration.embed import Embedder
+    from cairn.rewards.registry import RewardContext
 
 __all__ = ["Novelty"]
 
@@ -60,7 +61,7 @@ class Novelty:
         self.states: list[str] = []  # distinct states (entry texts)
         self.counts: list[int] = []  # visits per entry
 
-    def __call__(self, episodes: Sequence[Episode], ctx: Any = None) -> None:
+    def __call__(self, episodes: Sequence[Episode], ctx: RewardContext | None = None) -> None:
         steps = [s for e in episodes for s in e.steps]
         keys = [str(s.anchor) for s in steps]
         entry = self._entries(sorted(set(keys)))  # state text -> entry index

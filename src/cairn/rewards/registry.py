@@ -54,5 +54,5 @@ available_rewards = REWARDS.available
 validate_reward_options = REWARDS.validate
 
 
-def make_reward(name: str, **options: Any) -> RewardFn:
+def make_reward(name: str, **options: object) -> RewardFn:
     return REWARDS.make(name, **options)

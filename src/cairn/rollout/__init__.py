@@ -15,8 +15,6 @@ columns such as ``value`` or ``after_error``) for the estimators that read them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from cairn._env_host import EnvFactory
 from cairn._registry import ImportRegistry
 from cairn.rollout.context import RolloutContext, Strategy
@@ -73,5 +71,5 @@ available_strategies = STRATEGIES.available
 validate_strategy_options = STRATEGIES.validate
 
 
-def make_strategy(name: str, **options: Any) -> Strategy:
+def make_strategy(name: str, **options: object) -> Strategy:
     return STRATEGIES.make(name, **options)

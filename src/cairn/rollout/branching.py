@@ -146,7 +146,7 @@ class Path:
     parent: Path | None = None
     t0: int = 0
     k: int = 0
-    snaps: dict[int, Any] = field(default_factory=dict)
+    snaps: dict[int, object] = field(default_factory=dict)
     children: list[Path] = field(default_factory=list)
     record: bool = False
 
@@ -247,7 +247,7 @@ class Forest:
         self.paths.append(child)
         return child
 
-    def snapshot(self, path: Path) -> Any:
+    def snapshot(self, path: Path) -> object:
         """``path.env.snapshot()``; where the env fails, the ``EnvFault``, and the path ends
         there (its env given up, as after a failed step)."""
         snap = snapshot_guarded(path.env)

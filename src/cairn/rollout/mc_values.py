@@ -25,7 +25,8 @@ coincide, and a dead state (no successful continuation possible) has V = 0 exact
 step costs (sokoban: -0.1 per step, +1/-1 box on/off a target, +10 on solving) a dead
 state's "return" value is the expected sum of its remaining step costs, not 0.
 ``target="success"`` estimates the success probability, which is 0 on a dead state and
-the policy's success rate elsewhere (what the issue's checks state), and then
+the policy's success rate elsewhere (tests/rollout/test_mc_values.py checks both against
+exact values), and then
 ``A_t = r_t + V(s_{t+1}) - V(s_t)`` is the env reward plus a potential-based shaping term
 with potential P(success) (Ng et al. 1999), which leaves the optimal policy unchanged but
 is not the advantage of the env return. ``gamma`` must match the estimator's.

@@ -45,8 +45,8 @@ alone, and the step's ``observation`` and ``anchor`` stay the env's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cairn.agent import (
     ContextOverflow,
@@ -81,6 +81,7 @@ __all__ = [
 
 #: Reset-info keys kept on the episode for rewards that need the task's ground truth.
 TASK_INFO_KEYS = ("answer", "question", "key_steps", "demonstration")
+_P = TypeVar("_P")  # a prompt builder, or a wrapper with its build (episode_prompt)
 #: Step columns an env may report in its step info (IGPO's info gain), kept on the Step.
 ENV_COLUMNS = ("info_gain",)
 
@@ -112,7 +113,12 @@ def instruction_for(
     return f"{base}\n{fmt}" if base else fmt
 
 
-def episode_prompt(prompt: Any, demonstration: Any, env: TextEnv, settings: RolloutSettings) -> Any:
+def episode_prompt(
+    prompt: _P,
+    demonstration: Sequence[tuple[str, str]] | None,
+    env: TextEnv,
+    settings: RolloutSettings,
+) -> _P:
     """``prompt`` with its example exchange replaced by ``demonstration`` (the env's
     per-episode (observation, action) turns, written in ``settings.action_format``);
     ``prompt`` itself where there is none or the prompt shows no example (the tiny default,

@@ -14,6 +14,9 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
     from cairn._errors import ConfigError
     from cairn.train.api import Callback, TrainResult
     from cairn.train.config import load_config
@@ -30,7 +33,9 @@ _LAZY = {
 }
 
 
-def run(config: Any, *args: Any, **kwargs: Any) -> Any:
+def run(
+    config: Config | Mapping[str, object] | str | Path, *args: Any, **kwargs: Any
+) -> TrainResult:
     """``cairn.train.api.train``: train one run; returns a ``TrainResult``."""
     from cairn.train.api import train
 
@@ -46,7 +51,9 @@ def __getattr__(name: str) -> Any:
 class _CallableModule(types.ModuleType):
     """``cairn.train(...)`` calls ``run``: the package is the API's name."""
 
-    def __call__(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(
+        self, config: Config | Mapping[str, object] | str | Path, *args: Any, **kwargs: Any
+    ) -> TrainResult:
         return run(config, *args, **kwargs)
 
 

@@ -29,11 +29,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.train.config import load_config, validate_config
 from cairn.train.configfile import apply_overrides
 from cairn.train.schema import Config
+
+if TYPE_CHECKING:
+    from cairn.train.trainer import Trainer
 
 __all__ = ["Callback", "TrainResult", "train"]
 
@@ -41,7 +44,7 @@ __all__ = ["Callback", "TrainResult", "train"]
 class Callback:
     """Hooks into a run; override the ones you need (each does nothing by default)."""
 
-    def on_train_start(self, trainer: Any) -> None:
+    def on_train_start(self, trainer: Trainer) -> None:
         """Called once the trainer is built, before the first rollout."""
 
     def on_iteration(self, metrics: dict[str, Any]) -> None:
@@ -68,7 +71,7 @@ class TrainResult:
 
 
 def resolve(
-    config: Config | Mapping[str, Any] | str | Path, overrides: Sequence[str] = ()
+    config: Config | Mapping[str, object] | str | Path, overrides: Sequence[str] = ()
 ) -> Config:
     """The Config that ``config`` names (a Config, a dict, a path or a preset name)."""
     if isinstance(config, Config):
@@ -85,12 +88,12 @@ def resolve(
     )
 
 
-def _plain(data: Mapping[str, Any]) -> dict[str, Any]:
+def _plain(data: Mapping[str, object]) -> dict[str, object]:
     """A deep copy of nested mappings as dicts (overrides then never touch the caller's)."""
     return {k: _plain(v) if isinstance(v, Mapping) else v for k, v in data.items()}
 
 
-def _as_callback(cb: Any) -> Any:
+def _as_callback(cb: object) -> Any:
     if any(hasattr(cb, h) for h in ("on_train_start", "on_iteration", "on_train_end")):
         return cb
     if callable(cb):
@@ -99,18 +102,18 @@ def _as_callback(cb: Any) -> Any:
 
 
 def train(
-    config: Config | Mapping[str, Any] | str | Path,
+    config: Config | Mapping[str, object] | str | Path,
     overrides: Sequence[str] = (),
     *,
     run_dir: str | Path | None = None,
-    callbacks: Sequence[Any] = (),
+    callbacks: Sequence[object] = (),
     resume: bool = False,
 ) -> TrainResult:
     """Train one run from ``config`` (module docstring); returns its folder and summary.
 
     ``resume``: continue the run in ``run_dir`` from its last checkpoint (the config given
     must be the run's, as with ``cairn train --resume``)."""
-    from cairn.train.setup import new_run_dir
+    from cairn.train.rundir import new_run_dir
     from cairn.train.trainer import Trainer
 
     cfg = resolve(config, overrides)

@@ -9,12 +9,15 @@ evaluation and checkpoint writes are not counted. Time the process spends stoppe
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cairn.train.schema import OptimConfig, TrainConfig
 
 __all__ = ["budget_text", "done", "eval_due", "lr_factor", "progress"]
 
 
-def progress(train: Any, iteration: int, episodes: int, seconds: float) -> float:
+def progress(train: TrainConfig, iteration: int, episodes: int, seconds: float) -> float:
     """Fraction of the budget used by the iterations before ``iteration``: the largest over
     iterations, episodes and (when ``train.time_budget_s`` is set) training seconds."""
     used = [(iteration - 1) / train.iterations]
@@ -25,7 +28,7 @@ def progress(train: Any, iteration: int, episodes: int, seconds: float) -> float
     return min(1.0, max(used))
 
 
-def lr_factor(optim: Any, x: float) -> float:
+def lr_factor(optim: OptimConfig, x: float) -> float:
     """``optim.lr_schedule`` at progress x in [0, 1], as a fraction of ``optim.lr``."""
     if optim.lr_schedule == "linear":
         return 1.0 - (1.0 - optim.lr_final) * x
@@ -34,7 +37,7 @@ def lr_factor(optim: Any, x: float) -> float:
     return 1.0
 
 
-def done(train: Any, iteration: int, episodes: int, seconds: float) -> bool:
+def done(train: TrainConfig, iteration: int, episodes: int, seconds: float) -> bool:
     return (
         iteration >= train.iterations
         or (train.time_budget_s is not None and seconds >= train.time_budget_s)
@@ -46,7 +49,7 @@ def eval_due(every: int, iteration: int, finished: bool) -> bool:
     return finished or (every > 0 and iteration % every == 0)
 
 
-def budget_text(train: Any, iteration: int, seconds: float) -> str:
+def budget_text(train: TrainConfig, iteration: int, seconds: float) -> str:
     if train.time_budget_s is not None:
         return f"{seconds:.0f}/{train.time_budget_s:.0f}s"
     return f"{iteration}/{train.iterations} it"

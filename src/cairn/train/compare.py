@@ -114,7 +114,7 @@ def _run_one(path: str | None, overrides: list[str], run_dir: str) -> dict[str, 
         resume = run.exists() and latest_checkpoint(run) is not None
         if run.exists() and not resume:  # killed before its first checkpoint: start clean
             _clear(run)
-        return Trainer(cfg, run, resume=resume).run()
+        return Trainer(cfg, run, resume=resume, checked=True).run()  # load_config checked cfg
 
 
 @contextmanager

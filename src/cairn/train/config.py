@@ -6,8 +6,11 @@ validate it against the schema and run the preflight checks.
 
 The modules it joins, each importable without torch:
 
-    cairn.train.schema      the sections, their defaults, help strings and checks of types,
-                            ranges and rules between keys; error messages; ``describe``
+    cairn.train.schema      ``Config`` and its sections, their defaults, help strings and
+                            checks of types, ranges and rules between keys; ``describe``
+    cairn.train.rollout_sections  the env, model, agent and rollout sections
+    cairn.train.limits      the limits on counts and run names
+    cairn.train.problems    the error messages
     cairn.train.configfile  the hardened YAML loader and ``--set`` overrides
     cairn.train.preflight   ``check_config``: the checks that need a registry, an env, a
                             model file or a probe, after the modules of ``imports`` load
@@ -26,7 +29,8 @@ from pydantic import ValidationError
 from cairn._errors import ConfigError
 from cairn.train.configfile import apply_overrides, check_sizes, config_mapping
 from cairn.train.preflight import check_config
-from cairn.train.schema import Config, format_validation_error
+from cairn.train.problems import format_validation_error
+from cairn.train.schema import Config
 
 __all__ = ["load_config", "validate_config"]
 

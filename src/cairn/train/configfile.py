@@ -37,7 +37,7 @@ class _PlainLoader(yaml.SafeLoader):
     1 KB file of them expands to gigabytes), nested at most ``MAX_DEPTH`` deep. Refusals are
     ConfigErrors naming the line; the input is never quoted (it may be huge)."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()
         mark = event.start_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}"
@@ -55,7 +55,7 @@ class _PlainLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
-def _yaml(text: str) -> Any:
+def _yaml(text: str) -> object:
     """``text`` parsed by `_PlainLoader` (yaml.YAMLError or ConfigError)."""
     loader = _PlainLoader(text)
     try:
@@ -64,7 +64,7 @@ def _yaml(text: str) -> Any:
         loader.dispose()
 
 
-def check_sizes(obj: Any, where: str) -> None:
+def check_sizes(obj: object, where: str) -> None:
     """Every string (key or value) in ``obj`` at most ``MAX_STRING`` characters."""
     if isinstance(obj, str) and len(obj) > MAX_STRING:
         raise ConfigError(f"{where}: a string of {len(obj)} characters; at most {MAX_STRING}")

@@ -31,16 +31,45 @@ and ``load_state_dict``, can be registered under a new name.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from cairn._registry import ImportRegistry
 
-__all__ = ["CURRICULA", "SuccessRateCurriculum", "check_curriculum", "make_curriculum"]
+__all__ = [
+    "CURRICULA",
+    "Curriculum",
+    "SuccessRateCurriculum",
+    "check_curriculum",
+    "make_curriculum",
+]
+
+if TYPE_CHECKING:
+    from cairn.train.schema import Config
 
 CURRICULA = ImportRegistry(
     "curriculum", {"success_rate": "cairn.train.curriculum:SuccessRateCurriculum"}
 )
+
+
+class Curriculum(Protocol):
+    """What the trainer reads of a curriculum: its level, the env options of a level, and
+    the success rates it steps on (``SuccessRateCurriculum`` is the built-in one)."""
+
+    level: int
+    last_rate: float
+
+    def env_options(
+        self, base: Mapping[str, object], level: int | None = None
+    ) -> dict[str, object]: ...
+
+    def observe(self, successes: Sequence[bool]) -> bool: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class SuccessRateCurriculum:
@@ -49,7 +78,7 @@ class SuccessRateCurriculum:
 
     def __init__(
         self,
-        levels: Sequence[dict[str, Any]],
+        levels: Sequence[Mapping[str, object]],
         start: int = 0,
         raise_at: float = 0.5,
         lower_at: float | None = None,
@@ -76,7 +105,9 @@ class SuccessRateCurriculum:
         self.recent: deque[bool] = deque(maxlen=window)
         self.last_rate = float("nan")  # the window's success rate at the last observe
 
-    def env_options(self, base: dict[str, Any], level: int | None = None) -> dict[str, Any]:
+    def env_options(
+        self, base: Mapping[str, object], level: int | None = None
+    ) -> dict[str, object]:
         """The env options of ``level`` (default: the current one) over ``base``."""
         return {**base, **self.levels[self.level if level is None else level]}
 
@@ -116,12 +147,16 @@ class SuccessRateCurriculum:
         self.recent.extend(bool(s) for s in state["recent"])
 
 
-def make_curriculum(name: str | None, options: dict[str, Any]) -> Any:
+@overload
+def make_curriculum(name: str, options: Mapping[str, object]) -> Curriculum: ...
+@overload
+def make_curriculum(name: None, options: Mapping[str, object]) -> None: ...
+def make_curriculum(name: str | None, options: Mapping[str, object]) -> Curriculum | None:
     """The curriculum ``name`` built from ``options``; None when ``name`` is None (off)."""
     return None if name is None else CURRICULA.make(name, **options)
 
 
-def check_curriculum(cfg: Any) -> None:
+def check_curriculum(cfg: Config) -> None:
     """The registry checks of ``cfg.curriculum`` (a preflight step): the name, its
     options, and every level's env options probed on ``cfg.env.name`` (ValueError naming
     the level)."""

@@ -17,7 +17,10 @@ Light to import (the CLI names `TrainingDiverged`); torch is imported by the pro
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "NONFINITE_ITERATIONS",
@@ -49,7 +52,7 @@ class DivergenceWatch:
     def __init__(self, limit: int = NONFINITE_ITERATIONS):
         self.limit, self.streak = limit, 0
 
-    def after_update(self, metrics: Mapping[str, Any], iteration: int, lr: float) -> None:
+    def after_update(self, metrics: Mapping[str, object], iteration: int, lr: float) -> None:
         """TrainingDiverged once ``limit`` iterations in a row took no actor update (the
         actor reports ``actor/loss`` only for the updates it took)."""
         skipped = metrics.get("actor/skipped_updates", 0)
@@ -86,7 +89,7 @@ def nonfinite_sampling(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and "probability tensor contains" in str(err)
 
 
-def finite_outputs(model: Any, vocab: int, device: Any) -> bool:
+def finite_outputs(model: torch.nn.Module, vocab: int, device: torch.device | str) -> bool:
     """Are ``model``'s logits finite on a short probe (token ids 1..8)?"""
     import torch
 

@@ -30,12 +30,20 @@ from cairn._files import check_regular
 from cairn.agent import PromptBuilder
 from cairn.envs import TextEnv
 from cairn.policies import HFPolicy, build_policy
-from cairn.rollout import RolloutSettings, make_env_pool, rollout, tasks_for_groups
+from cairn.policies.budget import context_budget
+from cairn.rollout import (
+    EnvPool,
+    RolloutSettings,
+    WorkerPool,
+    make_env_pool,
+    rollout,
+    tasks_for_groups,
+)
 from cairn.rollout.envpool.calls import GuardedEnv
 from cairn.train.checkpoint.read import Checkpoint, latest_checkpoint
 from cairn.train.config import load_config
 from cairn.train.schema import Config
-from cairn.train.setup import config_env_factory, prompt_builder, sampling_settings
+from cairn.train.settings import config_env_factory, prompt_builder, sampling_settings
 from cairn.train.summary import episode_stats
 
 __all__ = [
@@ -53,13 +61,16 @@ _ATTEMPTS = 10  # a checkpoint pruned while read: take the newer one (a tiny run
 
 
 def eval_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSettings:
-    """The trainer's sampling settings with greedy decoding."""
-    return replace(sampling_settings(cfg, policy), greedy=True)
+    """The trainer's sampling settings with greedy decoding; with ``policy``, its context
+    budget too."""
+    max_context, max_new = cfg.model.max_context, cfg.rollout.max_new_tokens
+    budget = None if policy is None else context_budget(policy, max_context, max_new)
+    return replace(sampling_settings(cfg, budget), greedy=True)
 
 
 @torch.no_grad()
 def greedy_eval(
-    policy: HFPolicy, envs: Any, prompt: PromptBuilder, cfg: Config
+    policy: HFPolicy, envs: EnvPool | WorkerPool, prompt: PromptBuilder, cfg: Config
 ) -> dict[str, float]:
     """``eval.episodes`` greedy episodes on the held-out seeds: ``eval/*`` episode stats."""
     seeds = cfg.eval.seed_offset + np.arange(cfg.eval.episodes)
@@ -69,7 +80,9 @@ def greedy_eval(
 
 
 @contextmanager
-def open_checkpoint(cfg: Config, checkpoint: Path) -> Iterator[tuple[HFPolicy, Any, PromptBuilder]]:
+def open_checkpoint(
+    cfg: Config, checkpoint: Path
+) -> Iterator[tuple[HFPolicy, EnvPool | WorkerPool, PromptBuilder]]:
     """(policy, env pool, prompt builder) of ``checkpoint``, read-only: weights and tokenizer
     only, no resuming Trainer; the envs are closed on exit."""
     factory = config_env_factory(cfg, held_out=True)

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from cairn.policies import HFPolicy
     from cairn.train.schema import Config
 
@@ -151,7 +153,7 @@ def _write(
     return None
 
 
-def _save_model(model: Any, tokenizer: Any, folder: Path) -> None:
+def _save_model(model: Any, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     """A whole model folder: config, safetensors weights, generation config, tokenizer."""
     model.config.use_cache = True  # training may have switched the KV cache off
     model.save_pretrained(folder, safe_serialization=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -79,7 +79,7 @@ def available_loggers() -> list[str]:
     return LOGGERS.available()
 
 
-def scalars(row: dict[str, Any]) -> dict[str, float]:
+def scalars(row: Mapping[str, object]) -> dict[str, float]:
     """The finite numbers of a metrics row as floats (bools count; strings, None, NaN do not)."""
     out = {}
     for k, v in row.items():
@@ -114,7 +114,7 @@ class LoggerSet:
     def _start(self, name: str, factory: Factory) -> None:
         self.active[name] = factory(self.run_dir, self.config)
 
-    def log(self, row: dict[str, Any], step: int) -> None:
+    def log(self, row: Mapping[str, object], step: int) -> None:
         values = scalars(row)
         for name, logger in list(self.active.items()):
             self._guard(name, "log", partial(logger.log, values, step))
@@ -227,8 +227,8 @@ class _Mlflow:
         self.client.set_terminated(self.run_id)
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flatten(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
     for k, v in d.items():
         if isinstance(v, dict) and v:
             out.update(_flatten(v, f"{prefix}{k}."))

@@ -1,11 +1,13 @@
 """What a trainer is built from, as one object: ``TrainParts``.
 
-``build_parts(cfg, run_dir, dist, ckpt)`` builds, in this order (the order fixes every
-random draw a build makes, so it is part of the records): the env factory and its two
-pools (training, held-out eval), the policy with its generation engine and prompt
-builder, the KL reference model, the actor's optimizer and the ``Actor``, the learners
-beside it (a critic), the sampling settings, the rollout strategy, the exploration
-methods wrapped around it, and the rewards.
+``build_parts(cfg, run_dir, dist, ckpt)`` first reads what each lower layer is given
+from the config (``cairn.train.settings``: the env factories and pool settings, the
+prompt words, the prompt builder's keys, the sampling settings; no draw), then builds, in
+this order (the order fixes every random draw a build makes, so it is part of the
+records): the two env pools (training, held-out eval), the policy and its token budgets,
+its generation engine, the KL reference model, the prompt builder, the actor's optimizer
+and the ``Actor``, the learners beside it (a critic), the rollout strategy, the
+exploration methods wrapped around it, and the rewards.
 
 The parts hold the run's learned and accumulated state besides the weights:
 ``state_dict()`` is the parts' share of a checkpoint's trainer state (the optimizers, the
@@ -20,14 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import torch
 
-from cairn.agent import PromptBuilder
+from cairn.agent import PromptBuilder, prompt_for_env
 from cairn.exploration import Exploration
 from cairn.losses import LossConfig
-from cairn.policies.engines import Engine
+from cairn.policies import build_policy
+from cairn.policies.budget import context_budget
+from cairn.policies.engines import Engine, make_engine
 from cairn.policies.hf import HFPolicy
 from cairn.policies.lora import has_adapters, reference_model
 from cairn.rewards import RewardContext, RewardFn, make_reward
@@ -40,13 +44,25 @@ from cairn.rollout import (
     make_env_pool,
     make_strategy,
 )
+from cairn.rollout.envpool.calls import GuardedEnv
 from cairn.train.checkpoint.resume import check_optimizer
 from cairn.train.checkpoint.state import put
-from cairn.train.curriculum import make_curriculum
+from cairn.train.curriculum import Curriculum, make_curriculum
 from cairn.train.distributed import Dist
 from cairn.train.learners import Actor, SideLearner, build_learners
 from cairn.train.schema import Config
-from cairn.train.setup import build_policy_engine, config_env_factory, sampling_settings
+from cairn.train.settings import (
+    config_env_factory,
+    pool_settings,
+    prompt_settings,
+    prompt_words,
+    sampling_settings,
+    turns_extend,
+)
+from cairn.train.token_budget import budget_check
+
+if TYPE_CHECKING:
+    from cairn.envs import TextEnv
 
 __all__ = ["TrainParts", "build_parts"]
 
@@ -57,8 +73,12 @@ class TrainParts:
     name (``trainer.policy`` is ``trainer.parts.policy``)."""
 
     env_factory: EnvFactory  # the config's env (evaluation's; training's without curriculum)
-    workers: tuple[Any, ...]  # the env pools' settings (workers, backend, timeout, faults)
-    curriculum: Any  # cairn.train.curriculum's, or None; its level's env options train
+    workers: tuple[
+        int, str, float | None, float
+    ]  # the env pools' settings (workers, backend, timeout, faults)
+    curriculum: (
+        Curriculum | None
+    )  # cairn.train.curriculum's, or None; its level's env options train
     train_envs: EnvPool | WorkerPool
     eval_envs: EnvPool | WorkerPool
     policy: HFPolicy
@@ -145,7 +165,7 @@ class TrainParts:
         self.exploration.close()
 
 
-def _train_factory(env: EnvFactory, curriculum: Any) -> EnvFactory:
+def _train_factory(env: EnvFactory, curriculum: Curriculum | None) -> EnvFactory:
     if curriculum is None:
         return env
     return replace(env, options=curriculum.env_options(env.options))
@@ -153,26 +173,49 @@ def _train_factory(env: EnvFactory, curriculum: Any) -> EnvFactory:
 
 def build_parts(cfg: Config, run_dir: Path, dist: Dist, ckpt: Path | None) -> TrainParts:
     """A trainer's parts for ``cfg`` (module docstring: what, in which order); the weights
-    and the learners' from ``ckpt`` when given (the rest of its state: ``load_state_dict``)."""
+    and the learners' from ``ckpt`` when given (the rest of its state: ``load_state_dict``).
+
+    The config is read first, in one place (``cairn.train.settings``: what each lower layer
+    is given), and then handed down: the envs, the policy and its engine, the prompt
+    builder, then the learners on top of the policy. A probe env that fails raises an
+    ``EnvFault`` naming the env and the call (no rollout to drop it from)."""
     env_factory = config_env_factory(cfg)  # workers: registration and plugins too
-    r = cfg.rollout  # workers 0: envs in this process; faults: cairn.rollout.envpool.faults
-    workers = (r.workers, r.worker_backend, r.env_timeout_s, r.max_env_error_rate)
-    # A curriculum trains at its level's env options; evaluation keeps env.options (with
-    # eval.env_options over them: a test split).
-    curriculum = make_curriculum(cfg.curriculum.name, cfg.curriculum.options)
-    train_envs = make_env_pool(_train_factory(env_factory, curriculum), *workers)
-    eval_envs = make_env_pool(config_env_factory(cfg, held_out=True), *workers)
-    probe = (train_envs if curriculum is None else eval_envs).take(1)[0]
-    policy, engine, prompt = build_policy_engine(cfg, probe, run_dir, dist, ckpt)
+    eval_factory = config_env_factory(cfg, held_out=True)  # eval.env_options: a test split
+    workers = pool_settings(cfg)
+    words, extend = prompt_words(cfg), turns_extend(cfg)
+    prompt_options = prompt_settings(cfg)
+    sampling = sampling_settings(cfg)  # its context budget once the policy exists
     loss_cfg = LossConfig(**cfg.model_dump()["loss"])
+    # A curriculum trains at its level's env options (``TrainParts.train_factory``).
+    curriculum = make_curriculum(cfg.curriculum.name, cfg.curriculum.options)
+    train_factory = env_factory
+    if curriculum is not None:
+        train_factory = replace(env_factory, options=curriculum.env_options(env_factory.options))
+    train_envs = make_env_pool(train_factory, *workers)
+    eval_envs = make_env_pool(eval_factory, *workers)
+    # The policy is built for a probe env's instruction and vocabulary (the tiny default's
+    # tokenizer); the weights are rank 0's on every rank.
+    probe = (train_envs if curriculum is None else eval_envs).take(1)[0]
+    probe = cast("TextEnv", GuardedEnv(probe, cfg.env.name))  # a proxy: faults named
+    probe.reset(seed=0)
+    instruction = cfg.agent.instruction or probe.instruction
+    policy = build_policy(cfg.model, probe, instruction, cfg.seed, ckpt, words, extend)
+    dist.broadcast_params(policy.model)
+    if cfg.model.path is not None:
+        budget_check(cfg, policy.tokenizer)
+    budget = context_budget(policy, cfg.model.max_context, cfg.rollout.max_new_tokens)
+    engine_dir = run_dir / "engine" / f"rank{dist.rank}"
+    r = cfg.rollout
+    engine = make_engine(r.engine, policy, r.engine_options, engine_dir, r.temperature)
+    policy = engine.policy  # vllm: samples on vLLM, scores on the HF model
     # The KL reference: LoRA's base with adapters off (no copy), else a frozen copy.
     ref = reference_model(policy.model) if loss_cfg.kl_coef > 0 else None
     ref_model = ref.requires_grad_(False) if ref is not None else None
+    prompt = prompt_for_env(policy.tokenizer, probe, **prompt_options)
     params, o = policy.model.parameters(), cfg.optim
     opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
     actor = Actor(policy, opt, engine, loss_cfg, dist, cfg)
     learners = build_learners(cfg, policy, ckpt)
-    sampling = sampling_settings(cfg, policy)
     strategy = make_strategy(cfg.rollout.strategy, **cfg.rollout.options)
     # Exploration methods hook around the strategy (``sample``); the rewards follow.
     exploration = Exploration(
@@ -180,13 +223,13 @@ def build_parts(cfg: Config, run_dir: Path, dist: Dist, ckpt: Path | None) -> Tr
         run_dir=run_dir, seed=cfg.seed,
     )  # fmt: skip
     rewards = [make_reward(x.name, **x.options) for x in cfg.rewards]
-    reward_ctx = RewardContext(policy=policy, prompt=prompt)
     return TrainParts(
         env_factory=env_factory, workers=workers, curriculum=curriculum,
         train_envs=train_envs, eval_envs=eval_envs, policy=policy,
         engine=engine, prompt=prompt, opt=opt, ref_model=ref_model, actor=actor,
-        learners=learners, sampling=sampling, strategy=exploration.wrap(strategy),
-        exploration=exploration, rewards=rewards, reward_ctx=reward_ctx,
+        learners=learners, sampling=replace(sampling, context_budget=budget),
+        strategy=exploration.wrap(strategy), exploration=exploration, rewards=rewards,
+        reward_ctx=RewardContext(policy=policy, prompt=prompt),
     )  # fmt: skip
 
 

@@ -29,20 +29,20 @@ import os
 import socket
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn._errors import ConfigError
+
+if TYPE_CHECKING:
+    from cairn._registry import ImportRegistry
+    from cairn.exploration.config import MemorySection
 from cairn.plugins import load_plugins
-from cairn.train.schema import (
-    TINY_MODEL_KEYS,
-    Config,
-    check_model_path,
-    config_problem,
-    config_problems,
-)
+from cairn.train.problems import config_problem, config_problems
+from cairn.train.rollout_sections import TINY_MODEL_KEYS, check_model_path
+from cairn.train.schema import Config
 
 __all__ = [
     "TinyKeyWarning",
@@ -106,13 +106,13 @@ def _costly_checks(cfg: Config) -> Iterator[_Check]:
     yield "rollout", {}, lambda: _rollout(cfg)
 
 
-def _estimator(name: str, options: dict[str, Any]) -> None:
+def _estimator(name: str, options: Mapping[str, object]) -> None:
     from cairn.advantages import validate_options
 
     validate_options(name, options)
 
 
-def _reward(name: str, options: dict[str, Any]) -> None:
+def _reward(name: str, options: Mapping[str, object]) -> None:
     from cairn.rewards import validate_reward_options
 
     validate_reward_options(name, options)
@@ -164,11 +164,11 @@ def _exploration_checks(cfg: Config) -> Iterator[_Check]:
         yield f"{at}.variants", {}, lambda: GENERATORS.validate(gen, opts, ("policy",))
 
 
-def _registered(registry: Any, name: str) -> None:
+def _registered(registry: ImportRegistry, name: str) -> None:
     registry.check_name(name)  # ValueError listing the registered names
 
 
-def _memory(memory: Any) -> None:
+def _memory(memory: MemorySection) -> None:
     from cairn.exploration.config import check_mode_probs
     from cairn.exploration.registries import WRITERS
 

@@ -23,7 +23,7 @@ import math
 import os
 import sys
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ class RunLog:
         for callback in self.callbacks:
             callback.on_iteration(dict(clean))
 
-    def trajectories(self, iteration: int, records: list[dict[str, Any]]) -> None:
+    def trajectories(self, iteration: int, records: Sequence[Mapping[str, object]]) -> None:
         """``trajectories/iter_XXXXXX.jsonl.gz``: one episode record per line, floats rounded."""
         path = rundir.trajectory_path(self.dir, iteration)
         tmp = path.with_suffix(".tmp")

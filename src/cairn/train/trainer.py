@@ -21,6 +21,8 @@ loss config interprets, an estimator's terms) or as a wrapper around the rollout
 The counters and every random stream live in ``TrainState``
 (``cairn.train.checkpoint.state``), whose state is checkpointed with the rest
 (``cairn.train.checkpoint``), so a resumed run repeats an uninterrupted one exactly.
+The trainer reads its parts and counters by name (``trainer.policy``, ``trainer.iteration``:
+``cairn.train.fields.TrainerFields``).
 """
 
 from __future__ import annotations
@@ -30,30 +32,21 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from cairn.advantages import Terms
 from cairn.advantages import compute as compute_advantages
-from cairn.agent import PromptBuilder
 from cairn.data import rundir
 from cairn.data.episode import Episode, Source, to_records, to_step_batch
 from cairn.data.step_batch import StepBatch
 from cairn.data.tokens import TokenBatch
-from cairn.exploration import Exploration
-from cairn.policies.engines import Engine
-from cairn.policies.hf import HFPolicy
 from cairn.policies.lora import reference_logprobs
-from cairn.rewards import RewardContext, RewardFn
 from cairn.rollout import (
-    EnvFactory,
-    EnvPool,
     RolloutContext,
     RolloutSettings,
-    Strategy,
-    WorkerPool,
     rollout,
     tasks_for_groups,
 )
@@ -64,7 +57,8 @@ from cairn.train.checkpoint.state import TrainState
 from cairn.train.checkpoint.write import save_checkpoint
 from cairn.train.distributed import Dist
 from cairn.train.divergence import DivergenceWatch, finite_outputs
-from cairn.train.learners import Actor, SideLearner, train_learners
+from cairn.train.fields import TrainerFields
+from cairn.train.learners import train_learners
 from cairn.train.parts import TrainParts, build_parts
 from cairn.train.preflight import check_config
 from cairn.train.runlog import RunLog
@@ -76,44 +70,17 @@ from cairn.train.warmup import run_warmup_stage
 __all__ = ["Trainer"]
 
 TRAIN_SEED_RANGE = 1_000_000_000  # train seeds are drawn below it, eval seeds start at it
-T = TypeVar("T")
 
 
-class _Part(Generic[T]):
-    """``trainer.<name>``: the part ``trainer.parts.<name>``, read and written through, so
-    that the parts stay the one place a part lives (warm-up and resume act on them). A bare
-    ``Trainer.__new__`` instance (tests) has no parts: the name is its own attribute."""
+class Trainer(TrainerFields):
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False, *, checked: bool = False):
+        """A run of ``cfg`` in ``run_dir`` (``resume``: from its newest checkpoint).
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, trainer: None, owner: type) -> _Part[T]: ...
-
-    @overload
-    def __get__(self, trainer: Trainer, owner: type) -> T: ...
-
-    def __get__(self, trainer: Trainer | None, owner: type) -> T | _Part[T]:
-        if trainer is None:
-            return self
-        parts = vars(trainer).get("parts")
-        if parts is not None:
-            return cast(T, getattr(parts, self.name))
-        if self.name in vars(trainer):
-            return cast(T, vars(trainer)[self.name])
-        raise AttributeError(f"this trainer has no {self.name} (no parts yet)")
-
-    def __set__(self, trainer: Trainer, value: T) -> None:
-        parts = vars(trainer).get("parts")
-        if parts is None:
-            vars(trainer)[self.name] = value
-        else:
-            setattr(parts, self.name, value)
-
-
-class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
-        check_config(cfg)  # plugins (cfg.imports), registries, env options: before any work
+        The preflight (``check_config``: plugins, registries, env options) runs here before
+        any work, unless ``checked`` says the caller has run it on this config in this
+        process already (``load_config`` does by default, as the CLI calls it)."""
+        if not checked:
+            check_config(cfg)
         self.cfg, self.dist = cfg, Dist.from_env()  # under torchrun: one data-parallel rank
         self.dir = Path(self.dist.broadcast_object(str(run_dir)))  # rank 0's name everywhere
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -161,24 +128,6 @@ class Trainer:
         if ckpt is not None:
             self._restore(ckpt)
 
-    # -- the parts (``self.parts``'s), read by name ------------------------------------------
-    env_factory = _Part[EnvFactory]()
-    train_envs = _Part[EnvPool | WorkerPool]()
-    eval_envs = _Part[EnvPool | WorkerPool]()
-    policy = _Part[HFPolicy]()
-    engine = _Part[Engine]()
-    prompt = _Part[PromptBuilder]()
-    opt = _Part[torch.optim.Optimizer]()
-    ref_model = _Part[torch.nn.Module | None]()
-    actor = _Part[Actor]()
-    learners = _Part[list[SideLearner]]()
-    sampling = _Part[RolloutSettings]()
-    strategy = _Part[Strategy]()
-    exploration = _Part[Exploration]()
-    rewards = _Part[list[RewardFn]]()
-    reward_ctx = _Part[RewardContext]()
-    curriculum = _Part[Any]()  # cairn.train.curriculum's, or None
-
     def set_curriculum_level(self, level: int) -> None:
         """Train at curriculum ``level`` from now on (``TrainParts.set_curriculum_level``)."""
         self.parts.set_curriculum_level(level)
@@ -196,31 +145,6 @@ class Trainer:
         self.curriculum.level = trained
         self.set_curriculum_level(new)  # new training envs where the level changed
         return metrics
-
-    # -- the counters (``self.state``'s), read and written by name ----------------------------
-    @property
-    def iteration(self) -> int:
-        return self.state.iteration
-
-    @iteration.setter
-    def iteration(self, value: int) -> None:
-        self.state.iteration = value
-
-    @property
-    def episodes(self) -> int:
-        return self.state.episodes
-
-    @episodes.setter
-    def episodes(self, value: int) -> None:
-        self.state.episodes = value
-
-    @property
-    def train_seconds(self) -> float:
-        return self.state.train_seconds
-
-    @train_seconds.setter
-    def train_seconds(self, value: float) -> None:
-        self.state.train_seconds = value
 
     # ------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from cairn.envs import ENVS, code_options
 from cairn.plugins import load_plugins
 from cairn.train.checkpoint.runconfig import apply_changes
 from cairn.train.configfile import apply_overrides, parse_mapping
-from cairn.train.schema import DEMO_ENV
+from cairn.train.rollout_sections import DEMO_ENV
 
 __all__ = [
     "STORE",
@@ -93,7 +93,7 @@ class NamedCode:
 
 
 # -- what a config names --------------------------------------------------------------------
-def named_code(data: Mapping[str, Any]) -> list[NamedCode]:
+def named_code(data: Mapping[str, object]) -> list[NamedCode]:
     """The user code config ``data`` (a plain mapping, as parsed) names (module docstring);
     imports nothing."""
     found = [NamedCode("imports", m, ("imports",)) for m in _strings(data.get("imports"))]
@@ -107,16 +107,16 @@ def named_code(data: Mapping[str, Any]) -> list[NamedCode]:
     return [c for c in found if not _cairns_own(c.value)]
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: object) -> list[str]:
     items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
     return [x for x in items if isinstance(x, str)]
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
+def _mapping(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _options(options: Any, keys: Sequence[str], path: tuple[str | int, ...]) -> list[NamedCode]:
+def _options(options: object, keys: Sequence[str], path: tuple[str | int, ...]) -> list[NamedCode]:
     found = []
     for key in keys:
         value = _mapping(options).get(key)
@@ -193,7 +193,7 @@ def _amended(run_dir: Path, base: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield data
 
 
-def _is_change(change: Any) -> bool:
+def _is_change(change: object) -> bool:
     return isinstance(change, dict) and isinstance(change.get("key"), str)
 
 
@@ -227,14 +227,14 @@ def require_consent(
 
 
 def _refuse_unconsented(
-    run: _RunConfig, run_dir: Path, command: str, given: dict[str, Any]
+    run: _RunConfig, run_dir: Path, command: str, given: Mapping[str, object]
 ) -> None:
     names = [c for c in run.names() if not _given(c, given)]
     if names and not set(map(str, names)) <= trusted_names(run_dir, run.sha256):
         raise UntrustedCode(_refusal(run_dir, command, names))
 
 
-def _given(name: NamedCode, given: Mapping[str, Any]) -> bool:
+def _given(name: NamedCode, given: Mapping[str, object]) -> bool:
     """Was ``name`` given on the command line (``--set``) at its place in the config?"""
     node: Any = given
     for part in name.path:

@@ -223,7 +223,7 @@ class Sokoban(TextEnv):
         return plan[0] if plan else None
 
     # -- TextEnv ------------------------------------------------------------------------------
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _reset(self, seed: int | None, options: dict[str, object]) -> tuple[str, dict[str, Any]]:
         if options:
             raise ValueError(f"Sokoban.reset takes no options, got {sorted(options)}")
         if seed is None:  # draw one and record it, so the replay fallback is exact too
@@ -304,7 +304,7 @@ class Sokoban(TextEnv):
             self._seed, actions, self.room, steps, done, info, tuple(self._moves), self._noops
         )
 
-    def restore(self, snap: Any) -> tuple[str, dict[str, Any]]:
+    def restore(self, snap: object) -> tuple[str, dict[str, Any]]:
         if isinstance(snap, ReplaySnapshot):
             return super().restore(snap)
         if not isinstance(snap, SokobanSnapshot):

@@ -9,8 +9,8 @@ rooms are cached by (options, seed).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
@@ -117,7 +117,7 @@ def _place(
 MAX_SIZE = 32  # rows and columns of a generated room at most (frozenlake's map_size too)
 
 
-def _parse_size(size: Any) -> tuple[int, int]:
+def _parse_size(size: int | Sequence[int]) -> tuple[int, int]:
     dims = (size, size) if isinstance(size, int | np.integer) else tuple(size)
     ok = (
         len(dims) == 2
@@ -132,7 +132,7 @@ def _parse_size(size: Any) -> tuple[int, int]:
     return int(dims[0]), int(dims[1])
 
 
-def _parse_walls(walls: Any) -> float:
+def _parse_walls(walls: bool | float) -> float:
     if isinstance(walls, bool):
         return DEFAULT_WALL_DENSITY if walls else 0.0
     if isinstance(walls, int | float) and 0.0 <= walls < 1.0:
@@ -153,7 +153,7 @@ def _check_counts(height: int, width: int, num_boxes: int, density: float) -> No
         )
 
 
-def _check_bounds(min_solution: Any, max_solution: Any, max_steps: int | None) -> None:
+def _check_bounds(min_solution: int, max_solution: int, max_steps: int | None) -> None:
     check_int("min_solution", min_solution, 1)
     check_int("max_solution", max_solution, 1)
     if max_solution < min_solution:

@@ -38,7 +38,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import (
@@ -53,10 +53,14 @@ from cairn.envs import make
 from cairn.integrations.verl.config import cairn_config
 from cairn.integrations.verl.episode import EnvFailure, Sample, TurnTokens, play_episode
 
+if TYPE_CHECKING:
+    from cairn.envs import TextEnv
+    from cairn.rollout import RolloutSettings
+
 __all__ = ["CairnAgentLoop", "episode_outputs", "episode_request_id", "failed_output"]
 
 logger = logging.getLogger(__name__)
-_IDLE_ENVS: dict[tuple[str, str], list[Any]] = {}  # envs reused across episodes, per process
+_IDLE_ENVS: dict[tuple[str, str], list[TextEnv]] = {}  # envs reused across episodes, per process
 
 
 @register("cairn")
@@ -106,7 +110,12 @@ class CairnAgentLoop(AgentLoopBase):
         return episode_outputs(episode, tokens, self.response_length, timing)
 
     def _generator(
-        self, sampling_params: dict, settings: Any, sent: list, timing: dict, request_id: str
+        self,
+        sampling_params: dict,
+        settings: RolloutSettings,
+        sent: list,
+        timing: dict,
+        request_id: str,
     ) -> Callable[[list[int]], Awaitable[Sample]]:
         """Token ids in, token ids and log-probs out, through verl's server manager; every
         turn of the episode under one ``request_id`` (``episode_request_id``)."""
@@ -127,7 +136,7 @@ class CairnAgentLoop(AgentLoopBase):
         return generate
 
 
-def episode_request_id(priority: int = 0, full_determinism: Any = False) -> str:
+def episode_request_id(priority: int = 0, full_determinism: object = False) -> str:
     """The one request id of an episode's turns, as verl's ``ToolAgentLoop`` makes one per
     trajectory: ``det-<priority>`` under ``rollout.full_determinism``, else a fresh uuid.
     verl's server manager routes a request id to the server that served it before, so the
@@ -152,7 +161,7 @@ def _key(name: str, options_json: str) -> tuple[str, str]:
     return name, json.dumps(json.loads(options_json), sort_keys=True)
 
 
-def _take_env(name: str, options_json: str) -> Any:
+def _take_env(name: str, options_json: str) -> TextEnv:
     idle = _IDLE_ENVS.get(_key(name, options_json))
     if idle:
         return idle.pop()
@@ -162,11 +171,11 @@ def _take_env(name: str, options_json: str) -> Any:
         raise EnvFailure(f"building env {name!r}: {type(err).__name__}: {err}") from err
 
 
-def _give_back(name: str, options_json: str, env: Any) -> None:
+def _give_back(name: str, options_json: str, env: TextEnv) -> None:
     _IDLE_ENVS.setdefault(_key(name, options_json), []).append(env)
 
 
-def _drop_env(env: Any) -> None:
+def _drop_env(env: TextEnv | None) -> None:
     if env is None:
         return
     try:

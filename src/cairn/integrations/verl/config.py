@@ -18,14 +18,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cairn._errors import ConfigError
 from cairn.advantages import validate_options
 from cairn.rollout import RolloutSettings
-from cairn.train.schema import AdvantageConfig, AgentConfig, Config, stop_problem
+from cairn.train.rollout_sections import AgentConfig, stop_problem
+from cairn.train.schema import AdvantageConfig, Config
+
+if TYPE_CHECKING:
+    from cairn.agent import PromptBuilder
+    from cairn.envs import TextEnv
 
 __all__ = ["BRANCHING", "CairnVerlConfig", "RolloutSection", "cairn_config", "check_estimator"]
 
@@ -75,11 +80,11 @@ class CairnVerlConfig(BaseModel):
         prompt_length: int | None = None,
     ) -> RolloutSettings:
         """cairn's rollout settings for the agent loop: ``cairn train``'s own mapping
-        (``cairn.train.setup.sampling_settings``), so every ``agent`` key passes through
+        (``cairn.train.settings.sampling_settings``), so every ``agent`` key passes through
         with its meaning there; free text (no admissible-action restriction); a pretrained
         model, so ``agent.describe_format`` unset means on; the context budget is verl's
         ``rollout.prompt_length`` (old turns are dropped to fit it, not left-truncated)."""
-        from cairn.train.setup import sampling_settings  # torch: only where verl runs
+        from cairn.train.settings import sampling_settings  # torch: only where verl runs
 
         cap = self.rollout.max_new_tokens or response_length
         view = self._view(
@@ -91,15 +96,15 @@ class CairnVerlConfig(BaseModel):
         )  # fmt: skip
         return replace(sampling_settings(view), context_budget=prompt_length)
 
-    def prompt(self, tokenizer: Any, env: Any = None) -> Any:
+    def prompt(self, tokenizer: Any, env: TextEnv | None = None) -> PromptBuilder:
         """The ``PromptBuilder`` of an episode of ``env``: ``cairn train``'s own
-        (``cairn.train.setup.prompt_builder``: style, history, and from the env its tools
+        (``cairn.train.settings.prompt_builder``: style, history, and from the env its tools
         and, with ``agent.describe_format``, its demonstration)."""
-        from cairn.train.setup import prompt_builder
+        from cairn.train.settings import prompt_builder
 
         return prompt_builder(self._view(), tokenizer, env)
 
-    def _view(self, rollout: Any = None) -> Config:
+    def _view(self, rollout: object = None) -> Config:
         """This block as the parts of a cairn Config the turn step reads; the model is
         verl's, a pretrained one."""
         model = SimpleNamespace(path=PRETRAINED, max_context=None)

@@ -19,13 +19,18 @@ built and reset here, so a bad one fails now with a clear message, not inside a 
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn._errors import ConfigError
 from cairn.agent import PromptBuilder
 from cairn.envs import available, make, validate_options
+
+if TYPE_CHECKING:
+    from cairn.envs import TextEnv
 
 __all__ = ["VAL_SEED_OFFSET", "dataset_rows", "write_dataset"]
 
@@ -35,7 +40,7 @@ VAL_SEED_OFFSET = 1_000_000_000  # cairn's held-out seeds (eval.seed_offset)
 MAX_ROWS = 1_000_000
 
 
-def _check_env(name: str, options: dict[str, Any]) -> Any:
+def _check_env(name: str, options: Mapping[str, object]) -> TextEnv:
     if name not in available():
         raise ConfigError(f"unknown env {name!r}; available: {', '.join(available())}")
     try:
@@ -49,11 +54,11 @@ def _check_env(name: str, options: dict[str, Any]) -> Any:
 
 def dataset_rows(
     name: str,
-    options: dict[str, Any],
+    options: Mapping[str, object],
     seeds: list[int],
     split: str,
     history: int = 0,
-    agent: dict[str, Any] | None = None,
+    agent: Mapping[str, object] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of one split (see the module docstring); resets the env on every seed.
     ``agent``: the ``cairn.agent`` block the agent loop will run with; the row's prompt
@@ -67,7 +72,7 @@ def dataset_rows(
     options_json = json.dumps(options, sort_keys=True)
     rows = []
 
-    def first_prompt(env: Any, obs: str) -> str:
+    def first_prompt(env: TextEnv, obs: str) -> str:
         return prompt.build(instruction_for(env, settings), [], obs)
 
     try:
@@ -98,12 +103,12 @@ def dataset_rows(
 
 def write_dataset(
     name: str,
-    options: dict[str, Any],
+    options: Mapping[str, object],
     train: int,
     val: int,
     out: str | Path,
     seed_start: int = 0,
-    agent: dict[str, Any] | None = None,
+    agent: Mapping[str, object] | None = None,
 ) -> dict[str, Path]:
     """Write ``out/train.parquet`` and ``out/val.parquet``; returns their paths (``agent``:
     the ``cairn.agent`` block, for the rows' prompts)."""
@@ -140,7 +145,7 @@ def _check_out(out: Path) -> None:
         raise ConfigError(f"--out {out}: its parent folder {out.parent} does not exist")
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``cairn verl-data ENV --train N --val M --out DIR [--set env.options.k=v]``."""
     d = sub.add_parser("verl-data", help="write verl train/val parquet for a cairn env")
     d.add_argument("env", help="registered env name (cairn.envs.available())")
@@ -157,7 +162,7 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
 
-def command(args: Any) -> int:
+def command(args: argparse.Namespace) -> int:
     """Run ``cairn verl-data``: ``env.options.*`` and ``agent.*`` overrides are accepted."""
     from cairn.train.configfile import apply_overrides
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.agent import PromptBuilder
 from cairn.data.episode import Episode
@@ -48,6 +48,7 @@ class Sample:
 
 
 Generate = Callable[[list[int]], Awaitable[Sample]]
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -98,7 +99,7 @@ def _generation(tokenizer: Any, sample: Sample, settings: RolloutSettings) -> Ge
     )
 
 
-async def _env_call(fn: Callable[..., Any], *args: Any, in_thread: bool, **kwargs: Any) -> Any:
+async def _env_call(fn: Callable[..., _T], *args: object, in_thread: bool, **kwargs: object) -> _T:
     try:
         if in_thread:  # a slow env (a JVM, a simulator) must not stall the other episodes
             loop = asyncio.get_running_loop()

@@ -49,7 +49,7 @@ EXTRA_FIELDS = ("traj_uid", "step_t", "anchor_obs", "step_rewards", "success")
 _MADE: dict[tuple[str, str], Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
 
 
-def _ids(values: Any, n: int, name: str) -> np.ndarray:
+def _ids(values: object, n: int, name: str) -> np.ndarray:
     """Any hashable labels (bs,) -> int64 ids (equal labels, equal ids)."""
     arr = np.asarray(values, dtype=object).reshape(-1)
     if len(arr) != n:
@@ -57,7 +57,7 @@ def _ids(values: Any, n: int, name: str) -> np.ndarray:
     return np.unique(arr.astype(str), return_inverse=True)[1].astype(np.int64)
 
 
-def _field(name: str, given: Any, non_tensor: Mapping[str, Any] | None) -> Any:
+def _field(name: str, given: object, non_tensor: Mapping[str, object] | None) -> Any:
     if given is not None:
         return given
     return None if non_tensor is None else non_tensor.get(name)
@@ -65,9 +65,9 @@ def _field(name: str, given: Any, non_tensor: Mapping[str, Any] | None) -> Any:
 
 def step_batch_from_verl(
     token_level_rewards: torch.Tensor,
-    index: Any = None,
-    non_tensor_batch: Mapping[str, Any] | None = None,
-    **extra: Any,
+    index: object = None,
+    non_tensor_batch: Mapping[str, object] | None = None,
+    **extra: object,
 ) -> StepBatch:
     """The cairn step table of a verl batch (one row per step; see the module docstring)."""
     n = token_level_rewards.shape[0]
@@ -93,7 +93,9 @@ def step_batch_from_verl(
     )
 
 
-def verl_estimator(name: str, **options: Any) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+def verl_estimator(
+    name: str, **options: object
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """cairn's estimator ``name`` (with ``options``) as a verl advantage function."""
     if name not in available():
         raise ValueError(f"unknown cairn estimator {name!r}; available: {', '.join(available())}")
@@ -102,10 +104,10 @@ def verl_estimator(name: str, **options: Any) -> Callable[..., tuple[torch.Tenso
     def cairn_advantage(
         token_level_rewards: torch.Tensor,
         response_mask: torch.Tensor,
-        index: Any = None,
-        config: Any = None,
-        non_tensor_batch: Mapping[str, Any] | None = None,
-        **extra: Any,
+        index: object = None,
+        config: object = None,
+        non_tensor_batch: Mapping[str, object] | None = None,
+        **extra: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if token_level_rewards.shape != response_mask.shape:
             raise ValueError(
@@ -125,7 +127,7 @@ def verl_estimator(name: str, **options: Any) -> Callable[..., tuple[torch.Tenso
 def register(
     names: Iterable[str] | None = None,
     prefix: str = "cairn_",
-    options: Mapping[str, Mapping[str, Any]] | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[str]:
     """Register cairn estimators with verl's ``register_adv_est`` as ``prefix + name``.
 

@@ -23,7 +23,7 @@ penalty in the reward is refused (cairn's rewards are per step: use
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,18 +38,18 @@ from cairn.integrations.verl.config import CairnVerlConfig, cairn_config, check_
 __all__ = ["CairnTrainer", "step_advantages", "step_table"]
 
 
-def _ids(labels: Sequence[Any]) -> np.ndarray:
+def _ids(labels: Sequence[Hashable]) -> np.ndarray:
     """Hashable labels -> int64 ids (equal labels, equal ids)."""
-    index: dict[Any, int] = {}
+    index: dict[Hashable, int] = {}
     return np.fromiter((index.setdefault(x, len(index)) for x in labels), np.int64, len(labels))
 
 
-def _anchor(a: Any) -> Any:
+def _anchor(a: object) -> Hashable:
     return a if isinstance(a, int | str | tuple) else str(a)
 
 
 def step_table(
-    uid: Sequence[Any], fields: Sequence[Mapping[str, Any]], values: np.ndarray | None = None
+    uid: Sequence[object], fields: Sequence[Mapping[str, Any]], values: np.ndarray | None = None
 ) -> StepBatch:
     """cairn's StepBatch of the samples in ``fields`` (one dict of extra_fields per sample).
 
@@ -62,7 +62,7 @@ def step_table(
             f"{len(missing)} of {n} samples carry no cairn fields (first: row {missing[0]}); "
             "the cairn trainer needs the cairn agent loop (agent_name 'cairn' in the data)"
         )
-    optional: dict[str, Any] = {}
+    optional: dict[str, np.ndarray] = {}
     if all("cairn_info_gain" in f for f in fields):
         optional["info_gain"] = np.array([f["cairn_info_gain"] for f in fields], np.float64)
     if values is not None:
@@ -82,7 +82,7 @@ def step_table(
 
 def step_advantages(
     cfg: CairnVerlConfig,
-    uid: Sequence[Any] | np.ndarray,
+    uid: Sequence[object] | np.ndarray,
     fields: Sequence[Mapping[str, Any]],
     values: np.ndarray | None = None,
     padding: np.ndarray | None = None,

@@ -332,3 +332,21 @@ def test_fuzzy_search_reads_a_misspelt_name_as_the_closest_word_of_the_documents
     assert fuzzy.retrieve("Vexmo") == [] == exact.retrieve("Vexmo")
     with pytest.raises(ValueError, match="fuzzy"):
         make("search_qa", fuzzy="yes")
+
+
+def test_a_search_that_shows_nothing_new_is_no_progress():
+    env = make("search_qa", kb_seed=0, top_k=1)
+    env.reset(seed=3)
+    query = env.gold_queries[0]
+    first = env.step(f"search[{query}]")
+    assert not first[4]["no_progress"]  # a document not shown before
+    again = env.step(f"search [ {query.upper()} ]")  # the same query, spelt otherwise
+    assert again[0] == first[0] and again[4]["no_progress"]
+    assert env.step("search[zzzz]")[4]["no_progress"]  # no results: nothing new either
+    # the state is the actions taken: a restored episode judges the next search alike
+    env.restore(env.snapshot())
+    assert env.step(f"search[{query}]")[4]["no_progress"]
+    other = make("search_qa", kb_seed=0, top_k=1)
+    other.reset(seed=3)
+    other.step("search[zzzz]")  # nothing shown before: the gold search is progress
+    assert not other.step(f"search[{query}]")[4]["no_progress"]

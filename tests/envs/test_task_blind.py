@@ -262,11 +262,22 @@ def test_search_qa_smol_blind_answers_earn_less_than_a_quarter_solved():
     searched, searched_flagged = _score("search_qa_smol", _search_then_copy)
     # answering the example's answer at once: wrong, no search: no bonus, -0.1
     assert blind == pytest.approx(-0.1) and flagged == 1.0
-    # a quarter solved (1 + 0.1 per call), the rest: one search, then a wrong answer
-    assert quarter == pytest.approx(0.46, abs=0.03)
+    # a quarter solved (1, no format bonus), the rest: one search, then a wrong answer (0)
+    assert quarter == pytest.approx(0.25, abs=0.03)
     assert blind < quarter
     # copying after a search still counts as task-blind (the copy is detected)
-    assert searched == pytest.approx(0.2) and searched_flagged == 1.0
+    assert searched == pytest.approx(0.0) and searched_flagged == 1.0
+
+
+def _search_until_the_limit(env, seed, ep):
+    return f"search[{env.gold_queries[0]}]"
+
+
+def test_search_qa_smol_searching_one_thing_until_the_step_limit_costs():
+    """The first search shows a document; its three repeats show nothing new: -0.1 each."""
+    repeated, _ = _score("search_qa_smol", _search_until_the_limit)
+    quarter, _ = _score("search_qa_smol", _quarter(_solve_search, _search_then_copy))
+    assert repeated == pytest.approx(-0.3) and repeated < quarter
 
 
 def test_search_qa_examples_are_drawn_per_question_and_search_first():

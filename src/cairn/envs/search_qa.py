@@ -28,8 +28,10 @@ models that names the actions in words (the answer format comes from
 ``cairn.agent.describe_format``) and shows the question as ``Question: ...``.
 
 What a trainer reads beside the reward (``cairn.rollout.turn``):
-- ``info["no_progress"]``: a wrong answer given before any search. It earns no format
-  bonus and costs ``agent.no_progress_penalty``: answering at once is not an optimum.
+- ``info["no_progress"]``: a wrong answer given before any search, or a search that shows
+  no document the episode has not shown already (a repeated query, or no results). It
+  earns no format bonus and costs ``agent.no_progress_penalty``: neither answering at once
+  nor searching the same thing until the step limit is an optimum.
 - ``info["task_blind"]`` (``rollout/task_blind``): the episode ended on a wrong answer
   given without any search, or equal to the answer of the example exchange it was shown.
 - ``example_pool=True`` (text rendering): the made-up example episode that opens a
@@ -109,10 +111,11 @@ TOOLS = (
 )  # fmt: skip
 
 
-def _is_search(action: str) -> bool:
-    """``action`` is a search with a query (what the env accepts as one)."""
+def _search_query(action: str) -> str | None:
+    """The query of ``action`` when it is a search with one (what the env accepts as one)."""
     match = _ACTION.match(action)
-    return bool(match and match.group(1).lower() == "search" and match.group(2).strip())
+    query = match.group(2).strip() if match and match.group(1).lower() == "search" else ""
+    return query or None
 
 
 def normalize_answer(text: str) -> str:
@@ -307,21 +310,26 @@ class SearchQA(TextEnv):
             return obs, 0.0, False, out_of_steps, info
         if match.group(1).lower() == "search":
             self._clock.done = out_of_steps
-            obs, info = self._record(self._results_text(text), valid=True, success=False)
+            docs = self.retrieve(text)
+            shown = self._shown_documents()
+            results = "\n".join(f"[{i}] {d}" for i, d in enumerate(docs, 1)) or "no results"
+            obs, info = self._record(results, valid=True, success=False)
+            info["no_progress"] = set(docs) <= shown
             return obs, 0.0, False, out_of_steps, info
         exact = normalize_answer(text) == normalize_answer(self.answer)
         reward = float(exact) if self.reward == "em" else f1_score(text, self.answer)
         self._clock.done = True
         obs, info = self._record("correct" if exact else "wrong", valid=True, success=exact)
-        unsearched = not any(_is_search(a) for a in self._actions)
+        unsearched = all(_search_query(a) is None for a in self._actions)
         copied = normalize_answer(text) == normalize_answer(self.example_answer)
         info["no_progress"] = unsearched and not exact
         info["task_blind"] = not exact and (unsearched or copied)
         return obs, reward, True, False, info
 
-    def _results_text(self, query: str) -> str:
-        docs = self.retrieve(query)
-        return "\n".join(f"[{i}] {d}" for i, d in enumerate(docs, 1)) or "no results"
+    def _shown_documents(self) -> set[str]:
+        """The documents this episode's earlier searches showed."""
+        queries = [q for q in map(_search_query, self._actions) if q is not None]
+        return {doc for query in queries for doc in self.retrieve(query)}
 
     # -- branching --------------------------------------------------------------------------------
     def snapshot(self) -> SearchQASnapshot:

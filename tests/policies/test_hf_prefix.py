@@ -24,7 +24,7 @@ from cairn.policies import (
 from cairn.policies import sharing as sharing_mod
 from cairn.policies.lora import LoraSpec, apply_lora
 from cairn.policies.options import BUCKET_COST_CPU
-from cairn.policies.rowplan import common_prefix, partition
+from cairn.policies.rowplan import common_prefix, partition, shared_runs
 from cairn.policies.sharing import SharedPath
 from cairn.policies.tiny import build_tiny_model, tiny_config
 from cairn.train.rollout_sections import ModelConfig
@@ -72,8 +72,11 @@ def test_prefix_stages_worked_numbers():
     # Everyone's 2 tokens once; then [3, 4, 5] once for rows 0-1 (saves 3 tokens) and
     # [8, 9, 9] for row 2; the rows' last tokens after.
     assert stages(rows, [1, 1, 1]) == [([0, 0, 0], [2]), ([0, 0, 1], [5, 5])]
-    # Row 1 keeps its last 2 tokens: no two rows agree on what they may share.
-    assert stages(rows, [1, 2, 1]) == [([0, 0, 0], [2])]
+    # Row 1 keeps its last 2 tokens: rows 0-1 share [3, 4] (saves 2), row 0 feeds its 5.
+    assert stages(rows, [1, 2, 1]) == [([0, 0, 0], [2]), ([0, 0, 1], [4, 5])]
+    # At 3, everyone's 2 tokens are not worth a forward: rows 0-1 share [1, 2, 3, 4].
+    assert _stages(least=3)(rows, [1, 2, 1]) == [([0, 0, 1], [4, 5])]
+    assert _stages(least=5)(rows, [1, 2, 1]) == []  # saves 4 < 5
     # At 4, the 2 common tokens are not worth a forward; rows 0-1 sharing 5 tokens are.
     assert _stages(least=4)(rows, [1, 1, 1]) == [([0, 0, 1], [5, 5])]
     assert _stages(least=6)(rows, [1, 1, 1]) == []
@@ -81,6 +84,53 @@ def test_prefix_stages_worked_numbers():
     assert common_prefix([(1, 2, 3, 4), (1, 5), (1, 2, 9)]) == 1
     assert common_prefix([(7, 8), (7, 8, 9)]) == 2  # one row is a prefix of the other
     assert common_prefix([(4,), (5,)]) == 0
+
+
+def test_shared_runs_worked_numbers():
+    # Two tasks' turns: task A's three rows share [1, 2, 3, 4], two of them also [5, 6];
+    # task B's two rows share [1, 7, 8]; everyone shares [1] (floor 1).
+    a1, a2, a3 = [1, 2, 3, 4, 5, 6, 9], [1, 2, 3, 4, 5, 6, 8], [1, 2, 3, 4, 7]
+    b1, b2 = [1, 7, 8, 2], [1, 7, 8, 3]
+    rows = [a1, b1, a2, b2, a3]
+    # A as one run saves 2 x 3 = 6 (a1, a2 alone would save 5 + 0 for a3 beside them);
+    # B saves 1 x 2 = 2.
+    assert shared_runs(rows, 1) == ([0, 1, 0, 1, 0], [4, 3])
+    # Equal rows share all they have; a row alone shares its own tokens.
+    assert shared_runs([[1, 2], [1, 2], [3]], 0) == ([0, 0, 1], [2, 1])
+    # Nothing shared beyond the floor: every row alone.
+    assert shared_runs([[1, 2], [1, 3]], 1) == ([0, 1], [2, 2])
+    assert shared_runs([], 0) == ([], [])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_shared_runs_save_the_most_of_all_partitions(seed):
+    """Against every partition of up to 6 rows into groups, each sharing its rows' common
+    prefix (what ``shared_runs`` may choose from, runs of the sorted order or not)."""
+    rng = random.Random(seed)
+    rows = [[rng.randint(1, 3) for _ in range(rng.randint(1, 5))] for _ in range(rng.randint(1, 6))]
+    floor = rng.randint(0, 1)
+
+    def saving(groups):
+        return sum(
+            (len(g) - 1) * max(0, common_prefix([rows[i] for i in g]) - floor) for g in groups
+        )
+
+    def partitions(items):
+        if not items:
+            yield []
+            return
+        head, rest = items[0], items[1:]
+        for part in partitions(rest):
+            yield [[head], *part]
+            for i in range(len(part)):
+                yield [*part[:i], [head, *part[i]], *part[i + 1 :]]
+
+    group, cut = shared_runs(rows, floor)
+    groups = [[r for r, g in enumerate(group) if g == k] for k in range(len(cut))]
+    for g, c in zip(groups, cut, strict=True):  # each group shares its cut, beyond the floor
+        assert c == common_prefix([rows[i] for i in g])
+        assert len(g) == 1 or c > floor
+    assert saving(groups) == max(saving(p) for p in partitions(list(range(len(rows)))))
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -151,8 +201,36 @@ def test_scoring_equals_the_full_forward_values_and_gradients(arch, attn):
 def _saved(prompts: list[list[int]]) -> int:
     """Tokens sharing saves on ``_batch``: its 6 distinct contexts share the 30-token
     head, which runs once, not 6 times; two of them (rows 0 and 6) extend prompt 0 with
-    different actions, and all but the last token of that prompt runs once, not twice."""
-    return 5 * 30 + (len(prompts[0]) - 1 - 30)
+    different actions, and all but the last token of that prompt runs once, not twice;
+    the rooms of 3 and 4 boxes begin with 3 equal "box" tokens, those of 1 and 2 with 1,
+    and each such pair runs them once (``shared_runs``)."""
+    return 5 * 30 + (len(prompts[0]) - 1 - 30) + 3 + 1
+
+
+@pytest.mark.parametrize("bucket_cost", [None, BUCKET_COST_CPU])
+def test_turns_of_one_task_share_its_instruction_values_and_gradients_equal(bucket_cost):
+    """Multi-turn rows: two tasks, each a 12-token question after the 30-token head, then
+    turns of different histories. Each task's question runs once however its turns differ;
+    values and gradients (LoRA) equal the full forward's."""
+    policy, prompts = _policy()
+    apply_lora(policy.model, LoraSpec(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
+    head = prompts[0][:30]
+    question = [policy.encode(" ".join(["goal"] * 12)), policy.encode(" ".join(["wall"] * 12))]
+    history = [policy.encode(" ".join(["up"] * n + ["left"])) for n in range(3)]
+    ctx = [head + question[t] + h for h in history for t in (0, 1)]
+    acts = [policy.encode(w) for w in ("down", "right", "box", "up", "left", "down")]
+    batch = collate_scoring(ctx, acts, None, policy.pad_id)
+    new_lp, new_ent, new_g, new_tokens = _scores_and_grads(policy, batch, True, bucket_cost)
+    old_lp, old_ent, old_g, old_tokens = _scores_and_grads(policy, batch, False, bucket_cost)
+    torch.testing.assert_close(new_lp, old_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(new_ent, old_ent, atol=1e-5, rtol=0)
+    assert new_g.keys() == old_g.keys() and any("lora" in n for n in new_g)
+    for name, g in new_g.items():
+        torch.testing.assert_close(g, old_g[name], atol=1e-5, rtol=1e-5, msg=name)
+    # the head once instead of 6 times and each question once instead of 3 times; the
+    # "up" that turns 2 and 3 of a task begin their histories with runs in both (one level
+    # of groups: the question shared by 3 rows saves more than "up" by 2)
+    assert old_tokens - new_tokens == 5 * 30 + 2 * 2 * 12
 
 
 def test_scoring_rows_scored_from_inside_their_action():

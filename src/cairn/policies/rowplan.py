@@ -23,6 +23,7 @@ __all__ = [
     "partition",
     "representatives",
     "scored_tails",
+    "shared_runs",
     "unpadded",
 ]
 
@@ -81,6 +82,49 @@ def partition(lengths: Sequence[int], cost: int) -> list[list[int]]:
         runs.insert(0, order[start[end] : end])
         end = start[end]
     return runs
+
+
+def shared_runs(parts: Sequence[Sequence[int]], floor: int) -> tuple[list[int], list[int]]:
+    """(row -> group, per group the tokens its rows share) that saves the most tokens when
+    each group's shared tokens after the first ``floor`` go through the model once: a
+    group of m rows sharing c tokens saves (m - 1)(c - floor). ``parts`` are the rows'
+    shareable tokens; a row alone shares all of its own. Groups are numbered by their first
+    row.
+
+    Rows that share more are neighbours in lexicographic order, so the groups are runs of
+    that order, a run sharing the least common prefix of its neighbours (a turn's prompts
+    of one task: its instruction, question and example, then different histories), and
+    dynamic programming finds the best runs. A run that saves nothing is split into rows
+    alone, so no group feeds an empty run of tokens after ``floor``."""
+    order = sorted(range(len(parts)), key=lambda i: tuple(parts[i]))
+    keys = [parts[i] for i in order]
+    lcp = [0] + [common_prefix(keys[k - 1 : k + 1]) for k in range(1, len(keys))]
+    best = [0] * (len(keys) + 1)  # best[k]: the most the first k rows of ``order`` save
+    start = list(range(len(keys) + 1))  # where the last run of that best partition starts
+    for end in range(1, len(keys) + 1):
+        best[end], start[end] = best[end - 1], end - 1  # the row alone
+        shared = len(keys[end - 1])
+        for k in range(end - 2, -1, -1):  # the run keys[k:end]
+            shared = min(shared, lcp[k + 1])
+            if shared <= floor:  # a longer run shares no more
+                break
+            saved = best[k] + (end - 1 - k) * (shared - floor)
+            if saved > best[end]:
+                best[end], start[end] = saved, k
+    run_of, cut_of = [0] * len(keys), [0] * len(keys)
+    end = len(keys)
+    while end:
+        k = start[end]
+        shared = min([len(keys[k]), *lcp[k + 1 : end]])
+        for j in range(k, end):
+            run_of[order[j]], cut_of[order[j]] = k, shared
+        end = k
+    index: dict[int, int] = {}
+    group = [index.setdefault(run_of[r], len(index)) for r in range(len(parts))]
+    cut = [0] * len(index)
+    for r, g in enumerate(group):
+        cut[g] = cut_of[r]
+    return group, cut
 
 
 def scored_tails(batch: ScoreInputs) -> list[int]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -46,6 +47,7 @@ from cairn.policies.rowplan import (
     partition,
     representatives,
     scored_tails,
+    shared_runs,
     unpadded,
 )
 
@@ -389,7 +391,9 @@ class SharedPath(PlainPath):
         """The stages ``shared_prefix`` runs before the rows' own tokens, each as (the group
         of every row, the tokens each group's rows share, counted from position 0): first
         the prefix of all U rows, then the groups of rows whose shareable parts (all but
-        their last ``keep`` tokens) are equal. A stage runs only when it saves at least
+        their last ``keep`` tokens) begin alike, each group sharing the tokens that save the
+        most (``shared_runs``: a GRPO group's equal prompts share all of them, the turns of
+        one task their instruction and question). A stage runs only when it saves at least
         ``min_shared_prefix`` tokens; none without ``share_prefix`` or under 2 rows
         (``single``: 1 row has the first stage too, to use kept blocks).
         """
@@ -403,12 +407,9 @@ class SharedPath(PlainPath):
             stages.append(([0] * len(rows), [everyone]))
         else:
             everyone = 0
-        index: dict[tuple[int, ...], int] = {}
-        group = [
-            index.setdefault(tuple(r[:n]), len(index)) for r, n in zip(rows, limits, strict=True)
-        ]
-        cut = [len(k) for k in index]
-        saved = sum(limits) - sum(cut) - everyone * (len(rows) - len(cut))
+        group, cut = shared_runs([r[:n] for r, n in zip(rows, limits, strict=True)], everyone)
+        sizes = np.bincount(group, minlength=len(cut))
+        saved = sum((int(m) - 1) * (c - everyone) for m, c in zip(sizes, cut, strict=True))
         if saved >= least:
             stages.append((group, cut))
         return stages

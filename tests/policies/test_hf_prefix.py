@@ -115,22 +115,12 @@ def test_shared_runs_save_the_most_of_all_partitions(seed):
             (len(g) - 1) * max(0, common_prefix([rows[i] for i in g]) - floor) for g in groups
         )
 
-    def partitions(items):
-        if not items:
-            yield []
-            return
-        head, rest = items[0], items[1:]
-        for part in partitions(rest):
-            yield [[head], *part]
-            for i in range(len(part)):
-                yield [*part[:i], [head, *part[i]], *part[i + 1 :]]
-
     group, cut = shared_runs(rows, floor)
     groups = [[r for r, g in enumerate(group) if g == k] for k in range(len(cut))]
     for g, c in zip(groups, cut, strict=True):  # each group shares its cut, beyond the floor
         assert c == common_prefix([rows[i] for i in g])
         assert len(g) == 1 or c > floor
-    assert saving(groups) == max(saving(p) for p in partitions(list(range(len(rows)))))
+    assert saving(groups) == max(saving(p) for p in _set_partitions(list(range(len(rows)))))
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

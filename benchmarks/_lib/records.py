@@ -29,6 +29,7 @@ import numpy as np
 from cairn.train.compare import ci95_half
 
 __all__ = [
+    "check_label",
     "commit_of",
     "mean_ci",
     "provenance",
@@ -93,10 +94,17 @@ def read_sections(text: str) -> tuple[str, dict[str, str]]:
     return head, sections
 
 
-def write_section(path: Path, label: str, title: str, body: str, header: str) -> None:
-    """Write section ``label`` of the record at ``path`` (created with ``header`` if absent)."""
+def check_label(label: str) -> str:
+    """``label`` if it can name a section (one line without ':'), else a ValueError: a
+    benchmark checks its label before it runs, not after."""
     if not label or ":" in label or "\n" in label:
         raise ValueError(f"section label must be one line without ':', got {label!r}")
+    return label
+
+
+def write_section(path: Path, label: str, title: str, body: str, header: str) -> None:
+    """Write section ``label`` of the record at ``path`` (created with ``header`` if absent)."""
+    check_label(label)
     if re.search(r"(?m)^## ", body):
         raise ValueError(f"section {label!r}: headings inside a section start at '###'")
     heading = f"## {label}: {title}" if title else f"## {label}"

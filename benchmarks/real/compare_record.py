@@ -38,6 +38,7 @@ from real_models import (  # noqa: E402
     kept_reading,
     per_seed,
     plot,
+    shown,
     summarize_run,
     table,
     threads_of,
@@ -91,7 +92,7 @@ def record(results: dict[str, list[dict]], args: argparse.Namespace, png: str) -
 Commit: `{args.commit}` (the tree the runs started from)
 
 Command: `{args.command}`, then `python benchmarks/real/compare_record.py {args.folder}
---record {args.record.relative_to(ROOT)}` for this file. Greedy evaluation of the untrained
+--record {shown(args.record)}` for this file. Greedy evaluation of the untrained
 model first and of the trained one at the end, on the presets' held-out seeds; training
 time per run is `train.time_budget_s`, evaluation excluded.
 Machine: 2 CPU cores, torch CPU, {threads_of(flat)}; {args.load}.
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     png = args.record.with_suffix(".png")
     write_record(args.record, record(results, args, png.name))
     plot([r for rs in results.values() for r in rs], args.folder, png, share_y=True)
-    print(f"wrote {args.record.relative_to(ROOT)} and {png.name}")
+    print(f"wrote {shown(args.record)} and {png.name}")
     return 0
 
 

@@ -289,6 +289,11 @@ def threads_of(results: list[dict]) -> str:
     return f"train.threads {', '.join(words)} per run (null: every core)"
 
 
+def shown(path: Path) -> Path:
+    """``path`` as a record names it: from the checkout's root, or whole outside it."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
     reading = kept_reading(args.record)
     cmd = (
@@ -298,7 +303,7 @@ def record(results: list[dict], args: argparse.Namespace, load: str) -> str:
     if list(args.presets) != list(PRESETS):
         cmd += f" --presets {' '.join(args.presets)}"
     if args.record != RECORD:
-        cmd += f" --record {args.record.relative_to(ROOT)}"
+        cmd += f" --record {shown(args.record)}"
     cmd += "".join(f" --set {kv}" for kv in args.set)
     return f"""# {args.title}
 
@@ -355,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     args.record = args.record.resolve()
     write_record(args.record, record(results, args, load))
     plot(results, args.out, args.record.with_suffix(".png"))
-    print(f"wrote {args.record.relative_to(ROOT)} and its .png")
+    print(f"wrote {shown(args.record)} and its .png")
     return 0
 
 

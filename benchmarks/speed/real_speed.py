@@ -338,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.prompts:
         return show_prompt_tokens(args)
+    _records().check_label(args.label)  # before the runs, which take minutes
     if args.smoke:
         args.iterations, args.repeats, args.set = 1, 1, [*SMOKE, *args.set]
     info = {
@@ -369,17 +370,23 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     out = args.out or (None if args.smoke else OUT)
     if out is not None:
-        sys.path.insert(0, str(ROOT / "src"))  # the parent only: an arm's PYTHONPATH is its own
-        sys.path.insert(
-            0, str(Path(__file__).resolve().parents[2] / "benchmarks")
-        )  # benchmarks/_lib
-        from _lib.records import write_section
-
-        header = "# Real-model iterations (SmolLM2-135M-Instruct, LoRA) before and after\n"
-        write_section(out / "real_speed.md", args.label, "seconds per iteration", text, header)
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.label)
         (out / f"real_speed-{slug}.json").write_text(json.dumps(results, indent=1) + "\n")
+        header = "# Real-model iterations (SmolLM2-135M-Instruct, LoRA) before and after\n"
+        _records().write_section(
+            out / "real_speed.md", args.label, "seconds per iteration", text, header
+        )
     return 0
+
+
+def _records():  # type: ignore[no-untyped-def]
+    """benchmarks/_lib/records.py, imported in the parent only (an arm's PYTHONPATH is its
+    own)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/_lib
+    from _lib import records
+
+    return records
 
 
 if __name__ == "__main__":

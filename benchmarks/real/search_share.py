@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| iterations | " + " | ".join(COLUMNS) + " |")
     print("|---" * (len(COLUMNS) + 1) + "|")
     rows = rows_of(args.run)
+    if not rows:
+        p.error(f"{args.run}: no trajectories/iter_*.jsonl.gz (give a run directory)")
     if args.summary:
         k = args.summary
         for part in (rows[:k], rows[-k:]):

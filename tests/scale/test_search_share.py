@@ -52,3 +52,9 @@ def test_worked_run(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "| 1-1 | 3 | 0.67 | 0.33 | 0.50 | 0.00 | 1.67 |"
     assert lines[3] == "| 2-2 | 1 | 1.00 | 1.00 | - | 1.00 | 3.00 |"
+
+
+def test_a_folder_without_trajectories_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        _bench().main([str(tmp_path)])
+    assert "no trajectories" in capsys.readouterr().err

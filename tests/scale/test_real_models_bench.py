@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCH = Path(__file__).parents[2] / "benchmarks" / "real" / "real_models.py"
+from benchload import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("real_models_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("real/real_models.py", "real_models_bench")
 
 
 def _row(it: int, fmt: float, rollout: float, update: float) -> dict:
@@ -160,11 +155,7 @@ def test_task_blind_shares_are_read_where_logged(tmp_path):
 
 
 def test_pass_at_k_levels_lists_levels_and_counts_mixed_groups():
-    spec = importlib.util.spec_from_file_location(
-        "pass_at_k_levels", BENCH.parent / "pass_at_k_levels.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("real/pass_at_k_levels.py", "pass_at_k_levels")
     # tasks with 0, 1 and 4 successes of 4: pass@1 = (0 + 1/4 + 1) / 3, pass@2 = (0 + 1/2 +
     # 1) / 3; only the middle group is mixed
     stats = mod.group_stats([[False] * 4, [True, False, False, False], [True] * 4], [1, 2])

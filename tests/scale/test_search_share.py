@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).parents[2] / "benchmarks" / "real" / "search_share.py"
+from benchload import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("search_share_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("real/search_share.py", "search_share_bench")
 
 
 def _episode(question: str, actions: list[str], success: bool, source: int = 0) -> dict:

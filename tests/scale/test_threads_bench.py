@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 
-BENCH = Path(__file__).parents[2] / "benchmarks" / "speed" / "threads.py"
+from benchload import load_bench
 
 
 def _threads():
-    spec = importlib.util.spec_from_file_location("threads_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("speed/threads.py", "threads_bench")
 
 
 def test_table_reports_medians_spreads_and_the_ratio_to_one_thread():

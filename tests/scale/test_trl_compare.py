@@ -5,19 +5,12 @@ nothing."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).parents[2] / "benchmarks" / "speed" / "trl_compare.py"
+from benchload import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("trl_compare_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("speed/trl_compare.py", "trl_compare_bench")
 
 
 def _row(rep: int, arm: str, step: float, gen: float, rss: float) -> dict:

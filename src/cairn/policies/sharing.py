@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -408,8 +407,8 @@ class SharedPath(PlainPath):
         else:
             everyone = 0
         group, cut = shared_runs([r[:n] for r, n in zip(rows, limits, strict=True)], everyone)
-        sizes = np.bincount(group, minlength=len(cut))
-        saved = sum((int(m) - 1) * (c - everyone) for m, c in zip(sizes, cut, strict=True))
+        # each group's tokens after ``everyone`` run once instead of once per row
+        saved = sum(cut[g] - everyone for g in group) - sum(c - everyone for c in cut)
         if saved >= least:
             stages.append((group, cut))
         return stages

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from cairn.data.episode import Episode, Step
@@ -128,3 +129,27 @@ def test_prompt_labels_number_equal_prompts_in_order_of_first_appearance():
     )
     # [5] is a prefix of [5, 6] but another prompt; equal actions do not matter.
     assert tb.prompt_labels().tolist() == [0, 1, 0, 2, 1]
+
+
+def test_task_labels_number_rollout_groups_packed_or_not():
+    # Episodes 0 and 2 play task 7, episode 1 task 3; episode 0's second prompt extends its
+    # first (prompt + action + observation), so packing makes it one row.
+    def step(t, prompt, action):
+        return Step(t=t, observation="o", anchor="o", action="a", completion="a", reward=0.0,
+                    prompt_ids=prompt, action_ids=action, logprobs=[-0.1] * len(action))  # fmt: skip
+
+    episodes = [
+        Episode(id=0, group=7, task=7, steps=[step(0, [5], [1]), step(1, [5, 1, 9], [2])]),
+        Episode(id=1, group=3, task=3, steps=[step(0, [6], [1])]),
+        Episode(id=2, group=7, task=7, steps=[step(0, [5], [3])]),
+    ]
+    rows = TokenBatch.from_episodes(episodes, np.ones(4))
+    assert rows.groups.tolist() == [7, 7, 3, 7]
+    assert rows.task_labels().tolist() == [1, 1, 0, 1]
+    packed = TokenBatch.from_episodes(episodes, np.ones(4), pack=True)
+    assert len(packed) == 3 and packed.groups.tolist() == [7, 3, 7]
+    assert packed.task_labels().tolist() == [1, 0, 1]
+    assert TokenBatch.from_episodes([], np.zeros(0), pack=True).task_labels().tolist() == []
+    bare = TokenBatch([[5]], [[1]], [[0.0]], np.zeros(1), [None])  # not built from episodes
+    with pytest.raises(ValueError, match="no groups"):
+        bare.task_labels()

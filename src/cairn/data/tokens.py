@@ -163,6 +163,7 @@ class TokenBatch:
     pad_id: int = 0
     token_advantages: list[list[float]] | None = None  # per token; replaces ``advantages``
     token_mask: list[list[bool]] | None = None  # per token; False: not an action token
+    groups: np.ndarray | None = None  # (N,) int64: the rollout group (task) of each row
 
     @classmethod
     def from_episodes(
@@ -195,6 +196,7 @@ class TokenBatch:
             flags=_flags(episodes, steps),
             loss_mask=loss_mask,
             pad_id=pad_id,
+            groups=np.fromiter((e.group for e in episodes for _ in e.steps), np.int64, len(steps)),
         )
 
     def __len__(self) -> int:
@@ -207,6 +209,13 @@ class TokenBatch:
         return np.array(
             [index.setdefault(tuple(p), len(index)) for p in self.prompt_ids], dtype=np.int64
         )
+
+    def task_labels(self) -> np.ndarray:
+        """(N,) int in 0..K-1: rows of one rollout group (every turn of the episodes of one
+        task, a demonstration's included) get equal labels."""
+        if self.groups is None:
+            raise ValueError("this token batch was not built from episodes: it has no groups")
+        return np.unique(self.groups, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
     def minibatch(self, idx: np.ndarray) -> Minibatch:
         """Collate rows ``idx`` into tensors."""
@@ -320,8 +329,9 @@ def _packed(episodes: Sequence[Episode], adv: np.ndarray, pad_id: int) -> TokenB
     row (``pack_episode``) and every other step as its own row; per-token advantages and
     masks for both kinds of row."""
     if not any(e.steps for e in episodes):
-        return TokenBatch([], [], [], np.zeros(0), [], pad_id=pad_id)
+        return TokenBatch([], [], [], np.zeros(0), [], pad_id=pad_id, groups=np.zeros(0, np.int64))
     rows: list[tuple] = []  # (prompt, span, logprobs, allowed, advantages, loss, action, step)
+    groups: list[int] = []  # each row's episode's group
     offset = 0
     for e in episodes:
         for run in runs(e.steps):
@@ -330,9 +340,11 @@ def _packed(episodes: Sequence[Episode], adv: np.ndarray, pad_id: int) -> TokenB
                 a = [float(adv[offset + run[t]]) if t >= 0 else 0.0 for t in packed.turn]
                 rows.append((packed.prompt, packed.span, packed.logprobs, packed.allowed, a,
                              packed.loss_mask, packed.is_action, offset + run[0]))  # fmt: skip
+                groups.append(e.group)
                 continue
             for t in run:
                 rows.append(_step_row(e.steps[t], float(adv[offset + t]), offset + t))
+                groups.append(e.group)
         offset += len(e.steps)
     cols = [list(c) for c in zip(*rows, strict=True)]
     prompt, span, logprobs, allowed, token_adv, loss, action, step = cols
@@ -344,6 +356,7 @@ def _packed(episodes: Sequence[Episode], adv: np.ndarray, pad_id: int) -> TokenB
         flags={k: v[pick] for k, v in flags.items()},
         loss_mask=None if all(all(m) for m in loss) else loss,
         pad_id=pad_id, token_advantages=token_adv, token_mask=action,
+        groups=np.asarray(groups, dtype=np.int64),
     )  # fmt: skip
 
 

@@ -152,7 +152,11 @@ def train_learners(
     metrics: dict[str, float] = {}
     n = len(tokens)
     chunks = dist.max_int(max(1, round(n / optim.minibatch_size)))  # same on all ranks
-    labels = tokens.prompt_labels() if optim.group_prompts else None
+    labels = None
+    if optim.group_tasks:
+        labels = tokens.task_labels()
+    elif optim.group_prompts:
+        labels = tokens.prompt_labels()
     for learner in learners:
         step, skipped = _learner_step(learner, tokens, batch, terms, optim, dist)
         epochs = learner.epochs or optim.epochs

@@ -96,6 +96,15 @@ class OptimConfig(_Section):
             "False: rows shuffled one by one."
         ),
     )
+    group_tasks: bool = Field(
+        False,
+        description=(
+            "Cut minibatches so that the rows of one task stay together (a rollout group: "
+            "every turn of its episodes, demonstrations included), ordered as group_prompts "
+            "orders prompts: a task's turns share its instruction and question, which "
+            "shared-prefix scoring then reads once per minibatch. Not with group_prompts."
+        ),
+    )
     max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(
@@ -104,6 +113,15 @@ class OptimConfig(_Section):
     lr_final: float = Field(
         0.1, ge=0, le=1, description="lr at the end of the budget, as a fraction of optim.lr."
     )
+
+    @model_validator(mode="after")
+    def _one_grouping(self) -> OptimConfig:
+        if self.group_prompts and self.group_tasks:
+            raise ValueError(
+                "optim.group_prompts and optim.group_tasks are both true: set one (a task's "
+                "rows hold its equal prompts already)"
+            )
+        return self
 
 
 class CriticConfig(_Section):

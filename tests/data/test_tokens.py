@@ -135,8 +135,9 @@ def test_task_labels_number_rollout_groups_packed_or_not():
     # Episodes 0 and 2 play task 7, episode 1 task 3; episode 0's second prompt extends its
     # first (prompt + action + observation), so packing makes it one row.
     def step(t, prompt, action):
+        logprobs = [-0.1] * len(action)
         return Step(t=t, observation="o", anchor="o", action="a", completion="a", reward=0.0,
-                    prompt_ids=prompt, action_ids=action, logprobs=[-0.1] * len(action))  # fmt: skip
+                    prompt_ids=prompt, action_ids=action, logprobs=logprobs)  # fmt: skip
 
     episodes = [
         Episode(id=0, group=7, task=7, steps=[step(0, [5], [1]), step(1, [5, 1, 9], [2])]),

@@ -118,7 +118,7 @@ def test_the_demo_config_is_the_demo_env_and_hashes_to_a_known_value():
     # the sha256 of the resolved demo config (canonical JSON, sorted keys), which a
     # checkpoint records: a change to any key or default of the schema changes it
     assert config_sha256(Config()) == (
-        "ceb4e959e6287a79a06539191d78364ac5e80a71a05db56ec7a9284a8ba0b3ad"
+        "7b4e808d966b9c6bf9567de01f3b382a3a9b616894a7d602e90c3ff8edebceab"
     )
     with_imports = Config(imports=["json"]).model_dump()
     assert with_imports["imports"] == ["json"]

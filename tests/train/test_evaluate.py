@@ -108,7 +108,14 @@ def test_eval_of_a_run_that_is_still_training(tmp_path):
         assert trainer.poll() is None  # it was training all along
     finally:
         trainer.send_signal(signal.SIGINT)
-        trainer.wait(60)
+        try:
+            trainer.wait(60)
+        except subprocess.TimeoutExpired:  # no trainer left behind to load the machine
+            trainer.kill()
+            _, err = trainer.communicate()
+            pytest.fail(
+                f"the trainer ran on 60 s after SIGINT; its stderr:\n{err.decode()[-3000:]}"
+            )
     assert (run / "config.yaml").read_bytes() == config  # eval.episodes not written back
     iters = [r["iteration"] for r in read_metrics(run)]
     assert iters == list(range(1, len(iters) + 1)) and len(iters) >= 2  # nothing truncated

@@ -4,6 +4,7 @@ merged weights reproduce the adapted model, and sampled log-probs equal scoring.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -18,6 +19,8 @@ from cairn.policies.lora import (
     AdapterDisabled,
     LoraSpec,
     apply_lora,
+    has_adapters,
+    load_adapters,
     merged_state_dict,
     plain_model,
     reference_logprobs,
@@ -207,6 +210,20 @@ def test_bf16_base_keeps_float32_adapters_that_train(tiny_policy, compact_env):
 def test_bad_lora_specs_are_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LoraSpec(**kwargs)
+
+
+def test_adapters_are_added_and_loaded_without_transformers_deprecation_warning(
+    tiny_policy, tmp_path
+):
+    """peft reads the model's deprecated ``is_gradient_checkpointing`` when it wraps it; the
+    FutureWarning is not shown at every run's start."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = apply_lora(copy.deepcopy(tiny_policy.model), LoraSpec(r=2, alpha=4.0))
+        model.save_pretrained(tmp_path)
+        load_adapters(copy.deepcopy(tiny_policy.model), tmp_path)
+    assert has_adapters(model)
+    assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]
 
 
 def test_targets_matching_nothing_are_a_clear_error(tiny_policy):

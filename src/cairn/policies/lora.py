@@ -16,6 +16,7 @@ the weights. A full fine-tune keeps a frozen deep copy instead (``reference_mode
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -93,6 +94,18 @@ def _peft():
     return peft
 
 
+@contextmanager
+def _quiet_peft() -> Iterator[None]:
+    """Silence transformers' deprecation of ``is_gradient_checkpointing``, which peft's
+    ``PeftModel`` reads when it wraps a model: a FutureWarning at every run's start that no
+    user of cairn can act on (cairn itself asks ``modelio.checkpointing``, new name first)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        yield
+
+
 class _RankedConfig(Protocol):
     r: int  # a LoRA adapter's rank (peft ``LoraConfig.r``)
 
@@ -157,14 +170,16 @@ def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
         task_type="CAUSAL_LM",
     )
     try:
-        return peft.get_peft_model(model, config, autocast_adapter_dtype=True)
+        with _quiet_peft():
+            return peft.get_peft_model(model, config, autocast_adapter_dtype=True)
     except ValueError as err:
         raise ValueError(f"lora target_modules {targets!r} match no module: {err}") from err
 
 
 def load_adapters(model: torch.nn.Module, folder: Path) -> torch.nn.Module:
     """``model`` (the base) with the trainable adapters saved in ``folder`` (a checkpoint)."""
-    return _peft().PeftModel.from_pretrained(model, folder, is_trainable=True)
+    with _quiet_peft():
+        return _peft().PeftModel.from_pretrained(model, folder, is_trainable=True)
 
 
 def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from cairn.data.tokens import ScoreInputs
 from cairn.losses import entropy_from_logits, logprobs_from_logits
 from cairn.losses.logprobs import logprobs_from_hidden
+from cairn.policies.casts import cast_once
 from cairn.policies.constrained import Choices, ChoiceTrie, restrict
 from cairn.policies.modelio import (
     TokenCount,
@@ -117,6 +118,8 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.options = options or GenerationOptions()
+        if self.options.autocast:
+            cast_once(self.model)  # frozen weights cast to bfloat16 once, not at every call
         self.eos_id = tokenizer.eos_token_id
         self.end_ids = end_token_ids(model, tokenizer)  # a sampled one ends the completion
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

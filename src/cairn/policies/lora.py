@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import numpy as np
 import torch
 
+from cairn.policies.casts import forget_casts
+
 if TYPE_CHECKING:
     from cairn.data.tokens import TokenBatch
 
@@ -273,6 +275,7 @@ def _merged(model: AdaptedModel) -> Iterator[torch.nn.Module]:
         yield model.get_base_model()
     finally:
         model.unmerge_adapter()
+        forget_casts(model.get_base_model())  # peft wrote through .data: the copies are stale
 
 
 def _plain_name(name: str, prefixes: Sequence[str] = ("base_model.model.",)) -> str:

@@ -70,12 +70,22 @@ def eval_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSetting
 
 @torch.no_grad()
 def greedy_eval(
-    policy: HFPolicy, envs: EnvPool | WorkerPool, prompt: PromptBuilder, cfg: Config
+    policy: HFPolicy,
+    envs: EnvPool | WorkerPool,
+    prompt: PromptBuilder,
+    cfg: Config,
+    seeds: Sequence[int] | None = None,
+    settings: RolloutSettings | None = None,
 ) -> dict[str, float]:
-    """``eval.episodes`` greedy episodes on the held-out seeds: ``eval/*`` episode stats."""
-    seeds = cfg.eval.seed_offset + np.arange(cfg.eval.episodes)
-    tasks = tasks_for_groups(cast(Sequence[int], seeds), 1)  # an int64 array: a sequence
-    episodes = rollout(policy, envs.take(len(tasks)), tasks, prompt, eval_settings(cfg, policy))
+    """Greedy episodes on the held-out seeds: ``eval/*`` episode stats. ``seeds``: those
+    to play (default: all ``eval.episodes`` of them, from ``eval.seed_offset``; a trainer
+    passes its rank's share); ``settings``: sampling settings to play them greedily with
+    (default: ``eval_settings``; a trainer passes its own)."""
+    if seeds is None:
+        seeds = (cfg.eval.seed_offset + np.arange(cfg.eval.episodes)).tolist()
+    settings = eval_settings(cfg, policy) if settings is None else replace(settings, greedy=True)
+    tasks = tasks_for_groups(seeds, 1)
+    episodes = rollout(policy, envs.take(len(tasks)), tasks, prompt, settings)
     return episode_stats(episodes, "eval")
 
 

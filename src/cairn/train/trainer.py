@@ -44,12 +44,7 @@ from cairn.data.episode import Episode, Source, to_records, to_step_batch
 from cairn.data.step_batch import StepBatch
 from cairn.data.tokens import TokenBatch
 from cairn.policies.lora import reference_logprobs
-from cairn.rollout import (
-    RolloutContext,
-    RolloutSettings,
-    rollout,
-    tasks_for_groups,
-)
+from cairn.rollout import RolloutContext
 from cairn.rollout.dynamic import SamplingRounds
 from cairn.train import budget
 from cairn.train.checkpoint.read import Checkpoint, latest_checkpoint
@@ -57,6 +52,7 @@ from cairn.train.checkpoint.state import TrainState
 from cairn.train.checkpoint.write import save_checkpoint
 from cairn.train.distributed import Dist
 from cairn.train.divergence import DivergenceWatch, finite_outputs
+from cairn.train.evaluate import greedy_eval
 from cairn.train.fields import TrainerFields
 from cairn.train.learners import train_learners
 from cairn.train.parts import TrainParts, build_parts
@@ -317,17 +313,13 @@ class Trainer(TrainerFields):
             stop=self.out_of_time,
         )  # fmt: skip
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Greedy episodes on held-out seeds (``eval.seed_offset + i``)."""
+        """Greedy episodes on held-out seeds (``eval.seed_offset + i``), this rank's share
+        of them (``greedy_eval``), averaged over ranks."""
         cfg = self.cfg
-        seeds = self.dist.shard(cfg.eval.seed_offset + np.arange(cfg.eval.episodes))
-        tasks = tasks_for_groups(seeds.tolist(), 1)
-        settings = RolloutSettings(**{**self.sampling.__dict__, "greedy": True})
-        episodes = rollout(
-            self.policy, self.eval_envs.take(len(tasks)), tasks, self.prompt, settings
-        )
-        return self.dist.mean_metrics(episode_stats(episodes, "eval"))
+        seeds = self.dist.shard(cfg.eval.seed_offset + np.arange(cfg.eval.episodes)).tolist()
+        stats = greedy_eval(self.policy, self.eval_envs, self.prompt, cfg, seeds, self.sampling)
+        return self.dist.mean_metrics(stats)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _summary(self, wall: float | None = None) -> dict[str, Any]:

@@ -1,12 +1,16 @@
-"""Tokens per second of a policy's scoring, forward and forward+backward, in three precision
-regimes: float32, float32 weights under bfloat16 autocast (``model.autocast=bf16``, what
-``auto`` picks for a real model on a CPU with AMX or AVX512-BF16), and bfloat16 weights
-(``model.dtype=bfloat16``).
+"""Tokens per second of a policy's scoring, forward and forward+backward, and the seconds of
+one decoding step, in four precision regimes: float32, float32 weights under bfloat16
+autocast (``model.autocast=bf16``, what ``auto`` picks for a real model on a CPU with AMX or
+AVX512-BF16; frozen weights cast to bfloat16 once, ``cairn.policies.casts``), the same with
+the frozen weights cast at every product as autocast alone does (the code before the casts
+were kept), and bfloat16 weights (``model.dtype=bfloat16``).
 
     python benchmarks/speed/autocast.py                       # SmolLM2-135M + LoRA r16, 8 x 256
     python benchmarks/speed/autocast.py --rows 2 --tokens 64 --repeats 1   # seconds, a smoke run
     python benchmarks/speed/autocast.py --tiny                # the tiny default model
 
+A decoding step is one token for each of ``--rows`` rows after a KV cache of ``--tokens``
+tokens (the model's forward as ``HFPolicy.generate`` calls it, without the sampling).
 It scores through ``HFPolicy.score`` (the decoder, then the head on the response
 positions, as an update does), on random token rows whose last quarter is the "action".
 The model is SmolLM2-135M-Instruct from the project's converted cache
@@ -30,7 +34,9 @@ import torch
 
 from cairn.data.tokens import collate_scoring
 from cairn.policies import GenerationOptions, HFPolicy
+from cairn.policies.casts import CastOnceLinear
 from cairn.policies.lora import LoraSpec, apply_lora
+from cairn.policies.modelio import cache_kwarg, output_cache
 from cairn.policies.options import cpu_has_bf16
 from cairn.policies.smol import cache_root
 from cairn.policies.tiny import build_tiny_model, tiny_config
@@ -78,6 +84,31 @@ def timed(policy: HFPolicy, inputs: object, backward: bool, repeats: int) -> flo
     return best
 
 
+@torch.no_grad()
+def timed_decode(policy: HFPolicy, rows: int, tokens: int, repeats: int) -> float:
+    """Best seconds of one decoding step: a token per row after a cache of ``tokens``."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, policy.model.config.vocab_size, (rows, tokens + 1), generator=g)
+    best = float("inf")
+    with policy.precision():
+        for i in range(repeats + 1):  # the first is a warm-up
+            cache = output_cache(policy.model(input_ids=ids[:, :tokens], use_cache=True))
+            t = time.perf_counter()
+            policy.model(input_ids=ids[:, tokens:], **{cache_kwarg(policy.model): cache},
+                         use_cache=True, logits_to_keep=1)  # fmt: skip
+            if i:
+                best = min(best, time.perf_counter() - t)
+    return best
+
+
+def cast_at_every_call(model: torch.nn.Module) -> None:
+    """Turn ``cast_once``'s layers back into plain ``nn.Linear`` layers, whose frozen
+    weights autocast casts at every product."""
+    for module in model.modules():
+        if type(module) is CastOnceLinear:
+            module.__class__ = torch.nn.Linear
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=8)
@@ -94,6 +125,7 @@ def main() -> None:
     arms = {
         "float32": (torch.float32, False),
         "autocast bf16": (torch.float32, True),
+        "autocast bf16, cast per call": (torch.float32, True),
         "bf16 weights": (torch.bfloat16, False),
     }
     n = args.rows * args.tokens
@@ -103,14 +135,19 @@ def main() -> None:
         model, name = load(args.tiny, dtype, args.lora)
         model.train()
         policy = HFPolicy(model, _tokenizer(), options=GenerationOptions(autocast=autocast))
+        if arm.endswith("cast per call"):
+            cast_at_every_call(model)
         inputs = batch(model.config.vocab_size, args.rows, args.tokens)
         fwd = timed(policy, inputs, False, args.repeats)
         both = timed(policy, inputs, True, args.repeats)
+        step = timed_decode(policy, args.rows, args.tokens, args.repeats)
         out["model"] = name
-        out["arms"][arm] = {"fwd_tok_s": round(n / fwd, 1), "fwd_bwd_tok_s": round(n / both, 1)}
+        out["arms"][arm] = {"fwd_tok_s": round(n / fwd, 1), "fwd_bwd_tok_s": round(n / both, 1),
+                            "decode_step_ms": round(1000 * step, 1)}  # fmt: skip
         size = f"{args.rows} x {args.tokens} tokens"
-        print(f"{arm:14s} {name}: forward {n / fwd:8.1f} tok/s, "
-              f"forward+backward {n / both:8.1f} tok/s ({size})", flush=True)  # fmt: skip
+        print(f"{arm:28s} {name}: forward {n / fwd:8.1f} tok/s, "
+              f"forward+backward {n / both:8.1f} tok/s ({size}), "
+              f"decoding step {1000 * step:6.1f} ms", flush=True)  # fmt: skip
     out["load_after"] = os.getloadavg()[0]
     print(json.dumps(out))
 

@@ -4,8 +4,11 @@ Under ``torch.autocast`` every product casts its float32 operands to bfloat16. A
 keeps the cast of a weight for the rest of its context only where the weight is a leaf that
 requires gradients; a frozen weight (the base of a LoRA model, every weight of a sampling
 reference) is cast again by every call, and a call is one token per row while decoding. On
-twx_smol (SmolLM2-135M-Instruct, LoRA, 2 CPU threads) those casts were ~13 s of the ~63 s
-of op time of an iteration (``aten::copy_`` and its allocations, torch.profiler).
+twx_smol's second iteration (SmolLM2-135M-Instruct, LoRA, 2 CPU threads, torch.profiler)
+the copies and their allocations (``aten::copy_``, ``aten::empty_strided``) took 12.5 s of
+63 s of op time with every call casting, 5.2 s with the casts kept; the kept copies hold
+2 bytes a frozen weight (0.2 GB for SmolLM2-135M) and the run's peak RSS fell, as the
+copies no call keeps are gone (5.9 -> 4.0 GiB, benchmarks/results/speed/real_speed.md).
 
 ``cast_once(model)`` makes each of the model's ``nn.Linear`` layers, under bfloat16
 autocast, multiply by a bfloat16 copy of each of its frozen tensors (weight, bias) that is

@@ -206,9 +206,11 @@ def bf16_flags() -> bool:
 def bf16_speedup(rows: int = 128, width: int = 576, hidden: int = 1536, repeats: int = 7) -> float:
     """float32 time over bfloat16-autocast time of one decoder-shaped product (``rows``
     tokens through a frozen ``width x hidden`` float32 weight, SmolLM2-135M's MLP, cast on
-    every call as autocast casts frozen weights). Timed on one thread, the two precisions
-    alternating, the fastest of ``repeats`` each: another job's load only adds time, so the
-    minimum is the machine's speed and the alternation shares what load remains."""
+    every call as autocast alone casts frozen weights: a policy's layers keep their casts,
+    ``cairn.policies.casts``, so this errs on the side of float32). Timed on one thread, the
+    two precisions alternating, the fastest of ``repeats`` each: another job's load only
+    adds time, so the minimum is the machine's speed and the alternation shares what load
+    remains."""
     import torch
 
     gen = torch.Generator().manual_seed(0)

@@ -199,7 +199,7 @@ def test_held_out_envs_take_eval_env_options_over_env_options(tmp_path):
         assert trainer.parts.eval_envs.factory.options["max_steps"] == 7
         assert trainer.parts.train_envs.factory.options["max_steps"] == 15
     finally:
-        trainer.parts.close()
+        trainer.close()
     with open_checkpoint(cfg, None) as (_, envs, _):
         assert envs.factory.options["max_steps"] == 7
     with pytest.raises(ConfigError, match=r"eval\.env_options.*max_steps"):

@@ -35,5 +35,4 @@ def test_two_identical_runs_write_byte_identical_checkpoints(tmp_path):
     try:  # built from the checkpoint: torch's generator is where the run saved it
         assert torch.equal(torch.get_rng_state(), saved)
     finally:
-        resumed.parts.close()
-        resumed.lock.release()
+        resumed.close()

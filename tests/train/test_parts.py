@@ -108,6 +108,4 @@ def test_the_trainer_reads_its_parts_through(tmp_path):
         trainer.ref_model = None  # written through: the parts stay the one place
         assert trainer.parts.ref_model is None and "ref_model" not in vars(trainer)
     finally:
-        trainer.parts.close()
-        trainer.log.close()
-        trainer.lock.release()
+        trainer.close()

@@ -393,6 +393,11 @@ class Trainer(TrainerFields):
     def _finish(self, summary: dict[str, Any]) -> None:
         if self.dist.is_main:
             (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.close()
+
+    def close(self) -> None:
+        """Close the envs and workers, the run log and the run folder's lock (``train``
+        does at its end; a trainer built and not trained, as tests build them, must)."""
         self.parts.close()
         self.log.close()
         self.lock.release()

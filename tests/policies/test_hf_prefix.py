@@ -399,3 +399,34 @@ def test_a_cache_that_can_only_be_reordered_in_place_is_not_split(monkeypatch):
     calls.clear()
     _assert_close(_scores_and_grads(policy, batch, share=True, bucket_cost=0), one)
     assert len(calls) == n_calls == 3  # the head, the groups, the contexts' own tokens
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_generation_prefills_in_buckets_the_same_tokens_with_less_padding(greedy, attn):
+    """A generate call's prompts, after the head they share, run in buckets of similar
+    length whose caches are joined for decoding: the same tokens are sampled with the same
+    log-probs and entropies as from one left-padded batch, and less padding is fed."""
+    policy, prompts = _policy(attn=attn)
+    calls = _record_calls(policy)
+    runs = {}
+    for cost in (None, 0):  # one batch; buckets of one length each (calls free)
+        calls.clear()
+        p = _with(policy, share_prefix=True, bucket_cost=cost)
+        outs = p.generate(
+            prompts, max_new_tokens=10, temperature=0.9, greedy=greedy,
+            generator=torch.Generator().manual_seed(4),
+        )  # fmt: skip
+        runs[cost] = (outs, sum(rows * width for rows, width, _ in calls), p.forward_tokens)
+    (one, one_fed, one_tokens), (bucketed, fed, tokens) = runs[None], runs[0]
+    assert [o.token_ids for o in bucketed] == [o.token_ids for o in one]
+    assert [o.finish for o in bucketed] == [o.finish for o in one]
+    for a, b in zip(bucketed, one, strict=True):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs))
+        torch.testing.assert_close(torch.tensor(a.entropies), torch.tensor(b.entropies))
+    assert tokens == one_tokens and fed < one_fed  # the same tokens, less padding
+    # The 5 distinct prompts differ in length after their shared head: one batch pads
+    # each to the longest, buckets of one length pad none (the decode steps feed a token
+    # per running row either way).
+    prefill = [width for _, width, _ in calls if width > 1]
+    assert len(prefill) == 1 + len({len(p) for p in prompts})  # the head, then each length

@@ -229,9 +229,13 @@ class HFPolicy:
         live = torch.arange(n)  # the output row of each batch row (all, until rows are dropped)
         unexpanded = rows if len(index) < n else None  # output row i is batch row rows[i]
         for step in range(max_new_tokens):
-            logits, cache = self._next_logits(ids, attn, pos, cache)
             if step == 0:
+                logits, cache, attn = self.sharing.first_logits(
+                    self._next_logits, ids, attn, pos, cache
+                )
                 logits = logits[rows]
+            else:
+                logits, cache = self._next_logits(ids, attn, pos, cache)
             allowed = rule.allowed(live.tolist(), run.finish)
             toks, lps, ents = self._sample(
                 logits, allowed, draw.temperature, draw.top_p, draw.greedy, draw.generator,

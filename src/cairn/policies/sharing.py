@@ -22,7 +22,7 @@ path bit for bit. The plans it follows over token rows (shared prefixes, buckets
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -51,6 +51,10 @@ from cairn.policies.rowplan import (
 )
 
 __all__ = ["KEPT_BLOCK_TOKENS", "PlainPath", "SharedPath", "make_path"]
+
+#: The policy's next-token logits of a batch: (ids, attention mask, positions, cache) ->
+#: (logits of each row's last position, the extended cache).
+Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], tuple[torch.Tensor, Any]]
 
 KEPT_BLOCK_TOKENS = 8192  # at most this many token columns of kept prefix blocks (``prefix_block``)
 
@@ -82,6 +86,15 @@ class PlainPath:
 
     def before_score(self) -> None:
         return None
+
+    def first_logits(
+        self, step: Step, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, cache: Any
+    ) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """A generate call's first logits (U, V): ``step`` (the policy's next-token logits
+        after feeding ``ids`` (U, W) after ``cache``) over the prompts' remaining tokens, in
+        one batch; with the extended cache and its attention mask (U, C + W)."""
+        logits, cache = step(ids, attn, pos, cache)
+        return logits, cache, attn
 
     def hidden(
         self, model: torch.nn.Module, decoder: torch.nn.Module, batch: ScoreInputs
@@ -206,6 +219,35 @@ class SharedPath(PlainPath):
         if self.blocks.version != version:
             self.blocks.clear(version)
         return self.blocks
+
+    def first_logits(
+        self, step: Step, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, cache: Any
+    ) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """As ``PlainPath.first_logits``, in buckets of similar length (``bucket_cost``, as
+        ``partition`` splits a score batch) where that feeds less padding: a turn's prompts
+        differ after what they share by tens to hundreds of tokens, and one left-padded
+        batch feeds every row to the longest. Each bucket runs after its rows of ``cache``;
+        the buckets' caches are then joined into one batch, a row's padding columns first
+        (masked out: a row's positions follow its own mask, so its numbers are those of
+        the one batch within float rounding)."""
+        width = ids.shape[1]
+        lengths = attn[:, attn.shape[1] - width :].sum(1).tolist()
+        cost = self.options.bucket_cost
+        joinable = plain_layers(cache) is not None  # a cache to continue, of plain layers
+        buckets = partition(lengths, cost) if cost is not None and joinable else []
+        if len(buckets) < 2:
+            return super().first_logits(step, ids, attn, pos, cache)
+        past = attn.shape[1] - width  # the cache's columns
+        parts = []
+        for bucket in buckets:
+            w = max(lengths[i] for i in bucket)  # >= 1: a prompt's last token is always fed
+            at = torch.tensor(bucket, device=attn.device)
+            rows, mask = self._rows((cache, attn[:, :past]), bucket, alone=False)
+            mask = torch.cat([mask, attn[at, attn.shape[1] - w :]], dim=1)
+            cut = slice(width - w, width)
+            logits, out = step(ids[at, cut], mask, pos[at, cut], rows)
+            parts.append((bucket, logits, out, mask))
+        return _joined(parts, past + width)
 
     # -- scoring ------------------------------------------------------------------------
     def hidden(
@@ -420,6 +462,31 @@ def make_path(
     """The plain path when no sharing or caching is on, else the shared-prefix component."""
     cls = PlainPath if options.plain else SharedPath
     return cls(options, pad_id, device, tokens)
+
+
+def _joined(
+    parts: list[tuple[list[int], torch.Tensor, Any, torch.Tensor]], width: int
+) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """(logits, cache, attention mask) of the rows of every bucket of ``parts`` ((rows,
+    logits, cache, mask) each) as one batch in row order, each row left-padded with masked
+    columns to ``width``."""
+    from transformers import DynamicCache
+
+    order = torch.tensor([i for rows, *_ in parts for i in rows]).argsort()
+    logits = torch.cat([lg for _, lg, _, _ in parts])[order.to(parts[0][1].device)]
+    at = order.to(parts[0][3].device)
+    attn = torch.cat([F.pad(m, (width - m.shape[1], 0)) for *_, m in parts])[at]
+    layers = [plain_layers(cache) for _, _, cache, _ in parts]
+    cache = DynamicCache()
+    for i in range(len(layers[0] or [])):
+        keys, values = [], []
+        for part in layers:
+            assert part is not None  # a model's output cache: plain layers, as its input
+            k, v = part[i].keys, part[i].values
+            keys.append(F.pad(k, (0, 0, width - k.shape[2], 0)))
+            values.append(F.pad(v, (0, 0, width - v.shape[2], 0)))
+        cache.update(torch.cat(keys)[at], torch.cat(values)[at], i)
+    return logits, cache, attn
 
 
 def _running(live: torch.Tensor, finish: list[str]) -> torch.Tensor | None:

@@ -34,7 +34,7 @@ import torch
 
 from cairn.data.tokens import collate_scoring
 from cairn.policies import GenerationOptions, HFPolicy
-from cairn.policies.casts import CastOnceLinear
+from cairn.policies.casts import cast_per_call
 from cairn.policies.lora import LoraSpec, apply_lora
 from cairn.policies.modelio import cache_kwarg, output_cache
 from cairn.policies.options import cpu_has_bf16
@@ -101,14 +101,6 @@ def timed_decode(policy: HFPolicy, rows: int, tokens: int, repeats: int) -> floa
     return best
 
 
-def cast_at_every_call(model: torch.nn.Module) -> None:
-    """Turn ``cast_once``'s layers back into plain ``nn.Linear`` layers, whose frozen
-    weights autocast casts at every product."""
-    for module in model.modules():
-        if type(module) is CastOnceLinear:
-            module.__class__ = torch.nn.Linear
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=8)
@@ -136,7 +128,7 @@ def main() -> None:
         model.train()
         policy = HFPolicy(model, _tokenizer(), options=GenerationOptions(autocast=autocast))
         if arm.endswith("cast per call"):
-            cast_at_every_call(model)
+            cast_per_call(model)
         inputs = batch(model.config.vocab_size, args.rows, args.tokens)
         fwd = timed(policy, inputs, False, args.repeats)
         both = timed(policy, inputs, True, args.repeats)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from cairn.policies import GenerationOptions, HFPolicy
-from cairn.policies.casts import CastOnceLinear, cast_once, forget_casts
+from cairn.policies.casts import CastOnceLinear, cast_once, cast_per_call, forget_casts
 from cairn.policies.lora import LoraSpec, apply_lora, merged_state_dict
 
 
@@ -148,9 +148,8 @@ def test_a_lora_policy_under_autocast_scores_and_learns_as_autocast_alone(tiny_p
     options = GenerationOptions(autocast=True)
     policy = HFPolicy(base, tiny_policy.tokenizer, options=options)  # casts once
     ref = HFPolicy(twin, tiny_policy.tokenizer, options=options)
-    for m in twin.modules():  # the twin's layers cast at every call, as autocast alone does
-        if isinstance(m, CastOnceLinear):
-            m.__class__ = nn.Linear
+    cast_per_call(twin)  # the twin's layers cast at every call, as autocast alone does
+    assert not any(isinstance(m, CastOnceLinear) for m in twin.modules())
     assert any(isinstance(m, CastOnceLinear) for m in base.modules())
     prompts = [policy.encode("go north then east"), policy.encode("take the coin")]
     logp, ref_logp = _score_sum(policy, prompts), _score_sum(ref, prompts)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["CastOnceLinear", "cast_once", "forget_casts"]
+__all__ = ["CastOnceLinear", "cast_once", "cast_per_call", "forget_casts"]
 
 
 class _Casts(dict[str, tuple[int, int, torch.Tensor]]):
@@ -80,6 +80,16 @@ def cast_once(model: nn.Module) -> nn.Module:
         if type(module) is nn.Linear:
             module.__class__ = CastOnceLinear
             cast(CastOnceLinear, module)._casts = _Casts()
+    return model
+
+
+def cast_per_call(model: nn.Module) -> nn.Module:
+    """Undo ``cast_once`` in place: the layers are plain ``nn.Linear`` again, whose frozen
+    weights autocast casts at every product (the reference the kept casts are compared
+    against, in tests and benchmarks/speed/autocast.py); returns ``model``."""
+    for module in model.modules():
+        if type(module) is CastOnceLinear:
+            setattr(module, "__class__", nn.Linear)  # noqa: B010 - narrowed type
     return model
 
 

@@ -472,9 +472,9 @@ def _joined(
     columns to ``width``."""
     from transformers import DynamicCache
 
-    order = torch.tensor([i for rows, *_ in parts for i in rows]).argsort()
-    logits = torch.cat([lg for _, lg, _, _ in parts])[order.to(parts[0][1].device)]
-    at = order.to(parts[0][3].device)
+    at = torch.tensor([i for rows, *_ in parts for i in rows]).argsort()
+    at = at.to(parts[0][1].device)
+    logits = torch.cat([lg for _, lg, _, _ in parts])[at]
     attn = torch.cat([F.pad(m, (width - m.shape[1], 0)) for *_, m in parts])[at]
     layers = [plain_layers(cache) for _, _, cache, _ in parts]
     cache = DynamicCache()

@@ -124,9 +124,20 @@ def test_eval_of_a_run_that_is_still_training(tmp_path):
     assert len(list((run / "eval").glob("iter_*-2.json"))) >= 1
 
 
-def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypatch):
-    """A live trainer prunes the checkpoint eval picked: the weights' loader reports the
-    missing file as a ValueError, and eval takes the newer checkpoint (the CI flake of
+# what the loaders raised when a thread deleted the checkpoint while cairn eval read it
+# (60 tries at delays of 0-120 ms): ValueError, OSError, FileNotFoundError, and a TypeError
+# from transformers opening the generation_config.json it had found a moment before
+VANISHED = [
+    ValueError("cannot load checkpoint {} from local safetensors files"),
+    OSError("{} does not appear to have a file named generation_config.json"),
+    TypeError("expected str, bytes or os.PathLike object, not NoneType"),
+]
+
+
+@pytest.mark.parametrize("vanished", VANISHED, ids=lambda e: type(e).__name__)
+def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypatch, vanished):
+    """A live trainer prunes the checkpoint eval picked: the loaders report the missing file
+    in one of several ways, and eval takes the newer checkpoint (the CI flakes of
     test_eval_of_a_run_that_is_still_training); an error on a checkpoint still there is
     raised as it is."""
     import cairn.train.evaluate as ev
@@ -139,7 +150,7 @@ def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypa
 
     def load(cfg, ckpt):
         if not ckpt.exists():
-            raise ValueError(f"cannot load checkpoint {ckpt} from local safetensors files")
+            raise type(vanished)(str(vanished.args[0]).format(ckpt))
         return {"eval/success": 0.5}
 
     monkeypatch.setattr(ev, "evaluate_checkpoint", load)
@@ -147,12 +158,12 @@ def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypa
     assert result["checkpoint"] == "iter_000003" and result["eval/success"] == 0.5
 
     def broken(cfg, ckpt):
-        raise ValueError("bad weights")
+        raise type(vanished)("bad weights")
 
     newest = Checkpoint(run / "checkpoints" / "iter_000003")
     monkeypatch.setattr(ev, "newest_checkpoint", lambda _: newest)
     monkeypatch.setattr(ev, "evaluate_checkpoint", broken)
-    with pytest.raises(ValueError, match="bad weights"):
+    with pytest.raises(type(vanished), match="bad weights"):
         ev.evaluate_run(run, episodes=2)
 
 

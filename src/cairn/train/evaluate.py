@@ -130,9 +130,11 @@ def evaluate_run(
         try:
             stats = evaluate_checkpoint(cfg, ckpt.path)
             break
-        except (OSError, ValueError):  # pruned by a live trainer while read (the weights'
-            # and the tokenizer's loaders report a vanished file as a ValueError); a prune
-            # under way may leave the folder for a moment, but no longer the newest
+        except Exception:  # pruned by a live trainer while read? The loaders report a file
+            # vanished under them in many ways (ValueError, OSError; a TypeError from
+            # transformers' open(None) when generation_config.json goes between its lookup
+            # and its read), so any error counts as the prune's once the checkpoint is gone
+            # or no longer the newest; a prune under way may leave the folder for a moment
             if not _pruned(run_dir, ckpt):
                 raise  # the checkpoint is there and newest: its own error
             if attempt == _ATTEMPTS - 1:

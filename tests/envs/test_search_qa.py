@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -247,6 +248,7 @@ def test_observation_and_gold_action_words_are_in_vocabulary(kb_seed):
         {"top_k": 0},
         {"reward": "bleu"},
         {"max_steps": 0},
+        {"example_choice": "best"},
         {"bogus": 1},
     ],
 )
@@ -287,6 +289,35 @@ def test_text_render_names_the_actions_in_words_and_shows_the_question():
     compact.reset(seed=3)
     search = "search[Kabelfen works for]"
     assert env.step(search)[0] == compact.step(search)[0]
+
+
+def _shape(text: str) -> str:
+    """``text`` with every capitalised word (a name) as ``N``."""
+    return re.sub(r"\b[A-Z]\w*", "N", text)
+
+
+def test_nearest_example_has_the_questions_wording_and_its_gold_searches():
+    """``example_choice="nearest"``: every question of one and two hops is shown the example
+    of its own relations (the pool holds every chain), searching in the gold queries' words;
+    "random" shows other chains too."""
+    from cairn.envs.search_qa import EXAMPLE_POOL
+
+    env = make("search_qa", render="text", example_pool=True, example_choice="nearest", **QA)
+    drawn = make("search_qa", render="text", example_pool=True, **QA)
+    shapes, same_as_random = set(), 0
+    for seed in range(300):
+        env.reset(seed=seed)
+        (first, _), *_ = demo = env.demonstration()
+        assert first == f"Question: {EXAMPLE_POOL[env._example_index()][0]} ?"
+        assert _shape(first) == _shape(f"Question: {env.question}")
+        gold_searches = [a for a in env.gold_actions() if a.startswith("search[")]
+        assert [_shape(a) for _, a in demo[:-1]] == [_shape(a) for a in gold_searches]
+        assert demo[-1][1] == f"answer[{env.example_answer}]"
+        shapes.add(_shape(env.question))
+        drawn.reset(seed=seed)
+        same_as_random += drawn.demonstration() == demo
+    assert len(shapes) == len(EXAMPLE_POOL) == 17  # 7 relations + the 10 chains of two
+    assert same_as_random < 60
 
 
 def test_gold_action_follows_the_gold_chain_turn_by_turn():

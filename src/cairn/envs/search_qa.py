@@ -35,11 +35,18 @@ What a trainer reads beside the reward (``cairn.rollout.turn``):
 - ``info["task_blind"]`` (``rollout/task_blind``): the episode ended on a wrong answer
   given without any search, or equal to the answer of the example exchange it was shown.
 - ``example_pool=True`` (text rendering): the made-up example episode that opens a
-  language model's prompt (searches, their results, the answer) is drawn per question
+  language model's prompt (searches, their results, the answer) is taken per question
   from ``EXAMPLE_POOL`` and handed over in the reset info (``demonstration``). Its names
-  use letters the knowledge base's syllables never do (x, y, w, j, v...), so no example
+  use letters the knowledge base's syllables never do (x, y, w, j, c), so no example
   answer is a real answer; with one fixed example SmolLM2 learned to answer its "Torbel"
-  at once, which is also a city of ``kb_seed=0``.
+  at once, which is also a city of ``kb_seed=0``. ``example_choice``: ``"random"`` draws
+  it from the reset seed; ``"nearest"`` takes the example whose question shares the most
+  words with this one (Jaccard over word sets, ties drawn from the seed), as few-shot
+  prompts pick their examples by similarity: a question about an employer is shown the
+  search ``Wiblor works for``, a two-hop question a two-hop example. Trained on random
+  examples, SmolLM2 searched ``employer of Kalo`` and read Kalo's birthplace (one document
+  a search): 11 of a record's 29 held-out one-hop questions failed on such queries, 3 with
+  the nearest example (the same weights).
 """
 
 from __future__ import annotations
@@ -74,31 +81,75 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 INVALID_TEXT = "Not an action. The only actions: search with a query, answer with your answer."
 _OBS_WORDS = ("no", "results", "correct", "wrong", "search", "answer", "[", "]")
 _RENDERS = ("compact", "text")
-#: example_pool: made-up episodes (question, then (action, result) turns); every example
-#: searches before it answers, some twice (two hops), over relations of the real questions.
+#: example_pool: made-up episodes (question, then (action, result) turns) in the knowledge
+#: base's own question wordings: every relation over one hop, every chain of two (those
+#: whose entities differ).
+#: Each searches before it answers, each search shows the one document it needs, and every
+#: answer differs (a copied example answer is told apart from a real one).
 EXAMPLE_POOL: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
-    ("where was Vexmo born", (
-        ("search[Vexmo born]", "[1] Vexmo was born in Droxil\n[2] Droxil is a city in Yuvask"),
+    ("what is the birthplace of Vexmo", (
+        ("search[Vexmo born]", "[1] Vexmo was born in Droxil"),
         ("answer[Droxil]", ""))),
-    ("who is the employer of Wiblor", (
-        ("search[Wiblor works for]", "[1] Wiblor works for Zephrax\n[2] Jexa works for Zephrax"),
+    ("what is the employer of Wiblor", (
+        ("search[Wiblor works for]", "[1] Wiblor works for Zephrax"),
         ("answer[Zephrax]", ""))),
-    ("what is the country of the birthplace of Wendrix", (
-        ("search[Wendrix born]", "[1] Wendrix was born in Oxbury\n[2] Wendrix works for Vyth"),
-        ("search[Oxbury city in]", "[1] Oxbury is a city in Plivia\n[2] Jovix is a city in Plivia"),
+    ("who is the founder of Brixwel", (
+        ("search[Brixwel founded by]", "[1] Brixwel was founded by Yawen"),
+        ("answer[Yawen]", ""))),
+    ("what is the headquarters of Cyrnex", (
+        ("search[Cyrnex headquartered in]", "[1] Cyrnex is headquartered in Jolvic"),
+        ("answer[Jolvic]", ""))),
+    ("what is the country of Oxbury", (
+        ("search[Oxbury city in]", "[1] Oxbury is a city in Plivia"),
         ("answer[Plivia]", ""))),
     ("what is the capital of Jorvex", (
         ("search[capital of Jorvex]", "[1] Skyvel is the capital of Jorvex"),
         ("answer[Skyvel]", ""))),
-    ("who is the founder of Brixwel", (
-        ("search[Brixwel founded by]",
-         "[1] Brixwel was founded by Yawen\n[2] Yawen was born in Xoval"),
-        ("answer[Yawen]", ""))),
-    ("who is the leader of the country of Vexhill", (
-        ("search[Vexhill city in]", "[1] Vexhill is a city in Wyrland"),
+    ("who is the leader of Wyrland", (
         ("search[leader of Wyrland]", "[1] Joxby is the leader of Wyrland"),
         ("answer[Joxby]", ""))),
+    ("what is the country of the birthplace of Wendrix", (
+        ("search[Wendrix born]", "[1] Wendrix was born in Oxwell"),
+        ("search[Oxwell city in]", "[1] Oxwell is a city in Yuvask"),
+        ("answer[Yuvask]", ""))),
+    ("who is the leader of the country of Vexhill", (
+        ("search[Vexhill city in]", "[1] Vexhill is a city in Wyrmark"),
+        ("search[leader of Wyrmark]", "[1] Cwenna is the leader of Wyrmark"),
+        ("answer[Cwenna]", ""))),
+    ("what is the headquarters of the employer of Jaxo", (
+        ("search[Jaxo works for]", "[1] Jaxo works for Quyvix"),
+        ("search[Quyvix headquartered in]", "[1] Quyvix is headquartered in Cyrmel"),
+        ("answer[Cyrmel]", ""))),
+    ("what is the birthplace of the founder of Wixol", (
+        ("search[Wixol founded by]", "[1] Wixol was founded by Jemmy"),
+        ("search[Jemmy born]", "[1] Jemmy was born in Yarrow"),
+        ("answer[Yarrow]", ""))),
+    ("who is the founder of the employer of Yelda", (
+        ("search[Yelda works for]", "[1] Yelda works for Joxcorp"),
+        ("search[Joxcorp founded by]", "[1] Joxcorp was founded by Wynn"),
+        ("answer[Wynn]", ""))),
+    ("what is the employer of the founder of Cyrbel", (
+        ("search[Cyrbel founded by]", "[1] Cyrbel was founded by Jessa"),
+        ("search[Jessa works for]", "[1] Jessa works for Vextra"),
+        ("answer[Vextra]", ""))),
+    ("what is the country of the headquarters of Wexlo", (
+        ("search[Wexlo headquartered in]", "[1] Wexlo is headquartered in Jarby"),
+        ("search[Jarby city in]", "[1] Jarby is a city in Cylvan"),
+        ("answer[Cylvan]", ""))),
+    ("what is the capital of the country of Yomber", (
+        ("search[Yomber city in]", "[1] Yomber is a city in Xantia"),
+        ("search[capital of Xantia]", "[1] Wexham is the capital of Xantia"),
+        ("answer[Wexham]", ""))),
+    ("what is the birthplace of the leader of Jorwick", (
+        ("search[leader of Jorwick]", "[1] Yusra is the leader of Jorwick"),
+        ("search[Yusra born]", "[1] Yusra was born in Cobwyn"),
+        ("answer[Cobwyn]", ""))),
+    ("what is the employer of the leader of Xembria", (
+        ("search[leader of Xembria]", "[1] Jovan is the leader of Xembria"),
+        ("search[Jovan works for]", "[1] Jovan works for Wyxell"),
+        ("answer[Wyxell]", ""))),
 )  # fmt: skip
+_EXAMPLE_CHOICES = ("random", "nearest")
 TOOLS = (
     tool_schema(
         "search", "query", "Search the documents; shows the best matching ones.",
@@ -116,6 +167,17 @@ def _search_query(action: str) -> str | None:
     match = _ACTION.match(action)
     query = match.group(2).strip() if match and match.group(1).lower() == "search" else ""
     return query or None
+
+
+def _nearest_examples(question: str) -> list[int]:
+    """Indices of the ``EXAMPLE_POOL`` questions with the highest Jaccard similarity of
+    their lowercase word sets to ``question``'s."""
+    words = set(re.findall(r"\w+", question.lower()))
+    scores = []
+    for example, _ in EXAMPLE_POOL:
+        other = set(re.findall(r"\w+", example.lower()))
+        scores.append(len(words & other) / len(words | other))
+    return [i for i, score in enumerate(scores) if score == max(scores)]
 
 
 def normalize_answer(text: str) -> str:
@@ -157,8 +219,10 @@ class SearchQA(TextEnv):
         max_steps: tool calls per episode before truncation.
         render: ``"compact"`` (tiny models) or ``"text"`` (language models; module
             docstring).
-        example_pool: text rendering: the example episode drawn per question from
+        example_pool: text rendering: the example episode taken per question from
             ``EXAMPLE_POOL`` (module docstring); default False: the fixed Kalomi example.
+        example_choice: how ``example_pool`` picks: ``"random"`` (from the reset seed) or
+            ``"nearest"`` (the example question closest in words to this one).
         fuzzy: a query word no document holds is read as the closest one they hold
             (``KnowledgeBase.spelled``), so a misspelt name still finds its documents:
             SmolLM2 wrote "Polbelon" for "Polbelron" and got no results.
@@ -178,9 +242,11 @@ class SearchQA(TextEnv):
         render: str = "compact",
         example_pool: bool = False,
         fuzzy: bool = False,
+        example_choice: str = "random",
     ) -> None:
         super().__init__()
         self.example_pool = check_bool("example_pool", example_pool)
+        self.example_choice = check_choice("example_choice", example_choice, _EXAMPLE_CHOICES)
         self.fuzzy = check_bool("fuzzy", fuzzy)
         self.kb_seed = None if kb_seed is None else check_int("kb_seed", kb_seed, 0)
         self.kb_size = check_int("kb_size", kb_size, 3, 500)
@@ -232,9 +298,13 @@ class SearchQA(TextEnv):
         ]
 
     def _example_index(self) -> int:
-        """The ``EXAMPLE_POOL`` entry of this question (drawn from the reset seed)."""
+        """The ``EXAMPLE_POOL`` entry of this question: drawn from the reset seed among all
+        of them (``example_choice="random"``) or among the nearest (``"nearest"``)."""
         seed = 0 if self._seed is None else int(self._seed)
-        return int(np.random.default_rng([seed, 0xE8]).integers(len(EXAMPLE_POOL)))
+        candidates = list(range(len(EXAMPLE_POOL)))
+        if self.example_choice == "nearest":
+            candidates = _nearest_examples(self.question)
+        return candidates[int(np.random.default_rng([seed, 0xE8]).integers(len(candidates)))]
 
     @property
     def example_answer(self) -> str:

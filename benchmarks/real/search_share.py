@@ -8,6 +8,10 @@ base's templates (``cairn.envs._kb.RELATIONS``), so they are counted by its "of"
 
     python benchmarks/real/search_share.py runs/real/search_qa_smol-s0/<run>
     python benchmarks/real/search_share.py RUN --summary 3   # the first and last 3 iterations
+    python benchmarks/real/search_share.py --held-out RUN/eval/<checkpoint>-64.episodes.jsonl.gz
+
+``--held-out``: the greedy held-out episodes that ``cairn eval`` keeps beside its result,
+a row per file.
 """
 
 from __future__ import annotations
@@ -29,15 +33,17 @@ def hops(question: str) -> int:
     return max(1, question.split().count("of"))
 
 
+def own_episodes(path: Path) -> list[dict]:
+    """The policy's own episodes (with a step) of one gzip JSONL file of episode records."""
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for line in f]
+    return [r for r in rows if r.get("source", 0) == 0 and r["steps"]]
+
+
 def rows_of(run: Path) -> list[tuple[int, list[dict]]]:
     """(iteration, the policy's own episodes) per trajectory file of ``run``."""
-    out = []
-    for path in sorted((run / "trajectories").glob("iter_*.jsonl.gz")):
-        with gzip.open(path, "rt") as f:
-            rows = [json.loads(line) for line in f]
-        own = [r for r in rows if r.get("source", 0) == 0 and r["steps"]]
-        out.append((int(path.name[5:11]), own))
-    return out
+    paths = sorted((run / "trajectories").glob("iter_*.jsonl.gz"))
+    return [(int(path.name[5:11]), own_episodes(path)) for path in paths]
 
 
 def stats(episodes: list[dict]) -> dict[str, float | None]:
@@ -63,12 +69,25 @@ def _row(label: str, s: dict[str, float | None]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("run", type=Path, help="a run directory (with trajectories/)")
-    p.add_argument("--summary", type=int, default=0, metavar="K",
-                   help="only the first and the last K iterations, pooled")  # fmt: skip
+    p.add_argument("run", type=Path, nargs="?", help="a run directory (with trajectories/)")
+    p.add_argument(
+        "--summary",
+        type=int,
+        default=0,
+        metavar="K",
+        help="only the first and the last K iterations, pooled",
+    )
+    p.add_argument("--held-out", type=Path, nargs="+", default=[], metavar="FILE",
+                   help="cairn eval's episodes files (eval/*.episodes.jsonl.gz)")  # fmt: skip
     args = p.parse_args(argv)
-    print("| iterations | " + " | ".join(COLUMNS) + " |")
+    if (args.run is None) == (not args.held_out):
+        p.error("give a run directory or --held-out files, one of the two")
+    print(f"| {'held-out' if args.held_out else 'iterations'} | " + " | ".join(COLUMNS) + " |")
     print("|---" * (len(COLUMNS) + 1) + "|")
+    for path in args.held_out:
+        print(_row(path.name, stats(own_episodes(path))))
+    if args.held_out:
+        return 0
     rows = rows_of(args.run)
     if not rows:
         p.error(f"{args.run}: no trajectories/iter_*.jsonl.gz (give a run directory)")

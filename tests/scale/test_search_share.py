@@ -53,3 +53,25 @@ def test_a_folder_without_trajectories_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _bench().main([str(tmp_path)])
     assert "no trajectories" in capsys.readouterr().err
+
+
+def test_held_out_files_of_cairn_eval(tmp_path, capsys):
+    """``--held-out``: a row per episodes file that ``cairn eval`` keeps beside its result."""
+    bench = _bench()
+    one, two = "who is the founder of Drabon ?", "what is the country of the birthplace of Kalo ?"
+    path = tmp_path / "iter_000088-64.episodes.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(e) + "\n" for e in [
+            _episode(one, ["search[Drabon founded by]", "answer[Mifen]"], True),
+            _episode(one, ["answer[Kalo]"], False),
+            _episode(two, ["search[Kalo born]", "search[Thalu city in]", "answer[Ronqui]"], True),
+            _episode(two, ["search[Kalo born]", "answer[Thalu]"], False),
+        ])  # fmt: skip
+    assert bench.main(["--held-out", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| held-out | episodes |")
+    assert lines[2] == f"| {path.name} | 4 | 0.75 | 0.50 | 0.50 | 0.50 | 2.00 |"
+    for argv in ([], [str(tmp_path), "--held-out", str(path)]):  # neither, or both
+        with pytest.raises(SystemExit):
+            bench.main(argv)
+        assert "one of the two" in capsys.readouterr().err

@@ -3,6 +3,7 @@ repeats the trainer's own evaluation of the same weights, and works on a live ru
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -49,7 +50,7 @@ def test_eval_writes_only_its_result_and_repeats_the_final_eval(finished_run, ca
     assert main(["eval", str(finished_run)]) == 0
     after = _files(finished_run)
     new = set(after) - set(before)
-    assert new == {"eval/iter_000002-6.json"}
+    assert new == {"eval/iter_000002-6.json", "eval/iter_000002-6.episodes.jsonl.gz"}
     assert {k: after[k] for k in before} == before  # every run file byte-identical
     result = json.loads(after["eval/iter_000002-6.json"])
     assert json.loads(capsys.readouterr().out.split("\nwritten:")[0]) == result
@@ -58,6 +59,16 @@ def test_eval_writes_only_its_result_and_repeats_the_final_eval(finished_run, ca
     assert result["eval/success"] == last["eval/success"]
     assert result["eval/return"] == pytest.approx(last["eval/return"], abs=1e-12)
     assert result["checkpoint"] == "iter_000002" and result["episodes"] == 6
+    # the episodes behind the numbers: one record per held-out seed, in the dumps' format
+    assert result["episodes_file"] == "iter_000002-6.episodes.jsonl.gz"
+    lines = gzip.decompress(after["eval/iter_000002-6.episodes.jsonl.gz"]).decode().splitlines()
+    records = [json.loads(line) for line in lines]
+    offset = load_config(finished_run / "config.yaml", []).eval.seed_offset
+    assert [r["task"] for r in records] == [offset + i for i in range(6)]
+    assert sum(r["success"] for r in records) / 6 == result["eval/success"]
+    assert sum(r["return"] for r in records) / 6 == pytest.approx(result["eval/return"])
+    steps = [s for r in records for s in r["steps"]]
+    assert steps and all(s["action"] and "observation" in s and "prompt" in s for s in steps)
 
 
 def test_eval_episodes_and_out_file(finished_run, tmp_path):
@@ -66,6 +77,7 @@ def test_eval_episodes_and_out_file(finished_run, tmp_path):
     assert main(["eval", str(finished_run), "--episodes", "3", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["episodes"] == 3
     assert _files(finished_run) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res.episodes.jsonl.gz", "res.json"]
     assert "episodes: 6" in (finished_run / "config.yaml").read_text()
 
 
@@ -151,7 +163,7 @@ def test_eval_retries_when_the_checkpoint_vanishes_while_read(tmp_path, monkeypa
     def load(cfg, ckpt):
         if not ckpt.exists():
             raise type(vanished)(str(vanished.args[0]).format(ckpt))
-        return {"eval/success": 0.5}
+        return {"eval/success": 0.5}, []
 
     monkeypatch.setattr(ev, "evaluate_checkpoint", load)
     result, _ = ev.evaluate_run(run, episodes=2)

@@ -10,6 +10,8 @@
     metrics.jsonl                        one JSON object per iteration, appended and fsynced
     summary.json                         final metrics (`write_summary`)
     trajectories/iter_XXXXXX.jsonl.gz    one episode record per line (`trajectory_path`)
+    eval/<checkpoint>-<n>.json           `cairn eval`'s result, and the held-out episodes it
+    eval/<checkpoint>-<n>.episodes.jsonl.gz   played, one record per line (`episodes_path`)
 
 The trainer and its log (`cairn.train.runlog`) write these; resume, plots and reports
 (`cairn.report.rundata`) read them, every file through `cairn._files` (regular files only,
@@ -23,10 +25,11 @@ without it, so the next append starts on a line of its own.
 from __future__ import annotations
 
 import fcntl
+import gzip
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
@@ -46,6 +49,7 @@ __all__ = [
     "RunLocked",
     "append_amendment",
     "append_metrics",
+    "episodes_path",
     "keep_amendments",
     "keep_metrics",
     "read_amendments",
@@ -58,6 +62,7 @@ __all__ = [
     "trajectory_files",
     "trajectory_path",
     "write_config",
+    "write_records",
     "write_summary",
 ]
 
@@ -345,6 +350,23 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
 def trajectory_path(run_dir: Path, iteration: int) -> Path:
     """Where iteration ``iteration``'s dump goes: ``trajectories/iter_XXXXXX.jsonl.gz``."""
     return Path(run_dir) / TRAJECTORIES / f"iter_{iteration:06d}.jsonl.gz"
+
+
+def episodes_path(result: Path) -> Path:
+    """Where the episodes behind the result file ``result`` (``X.json``) go:
+    ``X.episodes.jsonl.gz`` beside it."""
+    return result.with_name(f"{result.stem}.episodes.jsonl.gz")
+
+
+def write_records(path: Path, records: Iterable[Mapping[str, object]]) -> None:
+    """``records`` as gzip JSON lines at ``path``, replaced atomically (a dump, or the
+    episodes of an evaluation)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with gzip.open(tmp, "wt", compresslevel=6) as f:
+        for r in records:
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
 
 
 def trajectory_files(run_dir: Path, *, every: bool = False) -> list[tuple[int, Path]]:

@@ -4,8 +4,11 @@ The run folder is only read: its config.yaml, and the weights and tokenizer of t
 checkpoint that ``checkpoints/latest`` names (no optimizer or RNG state, no resuming
 Trainer). Nothing in the run is written, truncated or deleted, so a run that is still
 training can be evaluated while it writes; if the trainer prunes the checkpoint while it
-is being read, the newer one is taken. The only file written is the result, by default
-``RUN/eval/<checkpoint>-<episodes>.json`` (``out`` to put it elsewhere), replaced atomically.
+is being read, the newer one is taken. The only files written are the result, by default
+``RUN/eval/<checkpoint>-<episodes>.json`` (``out`` to put it elsewhere), and beside it the
+episodes played (``<checkpoint>-<episodes>.episodes.jsonl.gz``, the records of a trajectory
+dump with the prompts the model saw: which held-out tasks failed, and how), each replaced
+atomically.
 
 The episodes are those of the trainer's own evaluation: greedy decoding on the held-out
 seeds ``eval.seed_offset + i``, one episode each, with the run's prompt and sampling
@@ -28,6 +31,8 @@ import torch
 from cairn._errors import ConfigError
 from cairn._files import check_regular
 from cairn.agent import PromptBuilder
+from cairn.data import rundir
+from cairn.data.episode import Episode, to_records
 from cairn.envs import TextEnv
 from cairn.policies import HFPolicy, build_policy
 from cairn.policies.budget import context_budget
@@ -51,6 +56,7 @@ __all__ = [
     "eval_settings",
     "evaluate_checkpoint",
     "evaluate_run",
+    "greedy_episodes",
     "greedy_eval",
     "newest_checkpoint",
     "open_checkpoint",
@@ -77,16 +83,29 @@ def greedy_eval(
     seeds: Sequence[int] | None = None,
     settings: RolloutSettings | None = None,
 ) -> dict[str, float]:
-    """Greedy episodes on the held-out seeds: ``eval/*`` episode stats. ``seeds``: those
-    to play (default: all ``eval.episodes`` of them, from ``eval.seed_offset``; a trainer
-    passes its rank's share); ``settings``: sampling settings to play them greedily with
-    (default: ``eval_settings``; a trainer passes its own)."""
+    """Greedy episodes on the held-out seeds: ``eval/*`` episode stats (``greedy_episodes``
+    plays them)."""
+    return episode_stats(greedy_episodes(policy, envs, prompt, cfg, seeds, settings), "eval")
+
+
+@torch.no_grad()
+def greedy_episodes(
+    policy: HFPolicy,
+    envs: EnvPool | WorkerPool,
+    prompt: PromptBuilder,
+    cfg: Config,
+    seeds: Sequence[int] | None = None,
+    settings: RolloutSettings | None = None,
+) -> list[Episode]:
+    """Greedy episodes on the held-out seeds, one each. ``seeds``: those to play (default:
+    all ``eval.episodes`` of them, from ``eval.seed_offset``; a trainer passes its rank's
+    share); ``settings``: sampling settings to play them greedily with (default:
+    ``eval_settings``; a trainer passes its own)."""
     if seeds is None:
         seeds = (cfg.eval.seed_offset + np.arange(cfg.eval.episodes)).tolist()
     settings = eval_settings(cfg, policy) if settings is None else replace(settings, greedy=True)
     tasks = tasks_for_groups(seeds, 1)
-    episodes = rollout(policy, envs.take(len(tasks)), tasks, prompt, settings)
-    return episode_stats(episodes, "eval")
+    return rollout(policy, envs.take(len(tasks)), tasks, prompt, settings)
 
 
 @contextmanager
@@ -109,16 +128,24 @@ def open_checkpoint(
         envs.close()
 
 
-def evaluate_checkpoint(cfg: Config, checkpoint: Path) -> dict[str, float]:
-    """Build the policy from ``checkpoint`` (weights + tokenizer only) and evaluate it."""
+def evaluate_checkpoint(
+    cfg: Config, checkpoint: Path
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Build the policy from ``checkpoint`` (weights + tokenizer only) and evaluate it:
+    the ``eval/*`` stats and the episodes played as records (``to_records``, with the
+    prompts the model saw)."""
     with open_checkpoint(cfg, checkpoint) as (policy, envs, prompt):
-        return greedy_eval(policy, envs, prompt, cfg)
+        episodes = greedy_episodes(policy, envs, prompt, cfg)
+        decode = getattr(policy.tokenizer, "decode", None)
+        return episode_stats(episodes, "eval"), to_records(episodes, decode=decode)
 
 
 def evaluate_run(
     run_dir: Path, episodes: int | None = None, out: Path | None = None
 ) -> tuple[dict[str, Any], Path]:
-    """Evaluate ``run_dir``'s newest complete checkpoint; returns (result, file written)."""
+    """Evaluate ``run_dir``'s newest complete checkpoint; returns (result, file written).
+    The episodes played go beside that file (``rundir.episodes_path``), named in the
+    result's ``episodes_file``."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{run_dir}: no config.yaml there (not a run directory)")
@@ -128,7 +155,7 @@ def evaluate_run(
     for attempt in range(_ATTEMPTS):
         ckpt = newest_checkpoint(run_dir)
         try:
-            stats = evaluate_checkpoint(cfg, ckpt.path)
+            stats, records = evaluate_checkpoint(cfg, ckpt.path)
             break
         except Exception:  # pruned by a live trainer while read? The loaders report a file
             # vanished under them in many ways (ValueError, OSError; a TypeError from
@@ -151,6 +178,8 @@ def evaluate_run(
         **stats,
     }
     path = out or run_dir / "eval" / f"{ckpt.name}-{cfg.eval.episodes}.json"
+    result["episodes_file"] = rundir.episodes_path(path).name
+    rundir.write_records(rundir.episodes_path(path), records)
     _write_atomic(path, json.dumps(result, indent=2) + "\n")
     return result, path
 

@@ -17,10 +17,7 @@ formats belong to `cairn.data.rundir`, the one reader and writer of run director
 from __future__ import annotations
 
 import atexit
-import gzip
-import json
 import math
-import os
 import sys
 import weakref
 from collections.abc import Mapping, Sequence
@@ -114,11 +111,7 @@ class RunLog:
     def trajectories(self, iteration: int, records: Sequence[Mapping[str, object]]) -> None:
         """``trajectories/iter_XXXXXX.jsonl.gz``: one episode record per line, floats rounded."""
         path = rundir.trajectory_path(self.dir, iteration)
-        tmp = path.with_suffix(".tmp")
-        with gzip.open(tmp, "wt", compresslevel=6) as f:
-            for r in records:
-                f.write(json.dumps(_clean(r, self.digits), separators=(",", ":")) + "\n")
-        os.replace(tmp, path)
+        rundir.write_records(path, (_clean(r, self.digits) for r in records))
 
     def line(self, row: dict[str, Any], budget: str) -> None:
         parts = [f"it {row['iteration']:>4}", f"ep {row['episodes']:>6}"]

@@ -35,9 +35,10 @@ from cairn.data.episode import Episode
 from cairn.policies.budget import context_budget
 from cairn.rollout import RolloutContext, make_strategy
 from cairn.train.checkpoint.read import Checkpoint
-from cairn.train.evaluate import greedy_eval, open_checkpoint
+from cairn.train.evaluate import greedy_episodes, open_checkpoint
 from cairn.train.schema import Config
 from cairn.train.settings import sampling_settings
+from cairn.train.summary import episode_stats
 
 __all__ = [
     "SAMPLERS",
@@ -99,7 +100,7 @@ def sample_held_out(
             generator = torch.Generator().manual_seed(cfg.seed)  # same stream for each sampler
             ctx = RolloutContext(policy, envs, prompt, settings, generator, 0)
             groups[name] = _by_group(_sampler(name, cfg, checkpoint).collect(ctx, seeds, n))
-        greedy = greedy_eval(policy, envs, prompt, cfg)["eval/success"]
+        greedy = episode_stats(greedy_episodes(policy, envs, prompt, cfg), "eval")["eval/success"]
     return groups, greedy
 
 

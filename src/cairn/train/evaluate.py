@@ -57,7 +57,6 @@ __all__ = [
     "evaluate_checkpoint",
     "evaluate_run",
     "greedy_episodes",
-    "greedy_eval",
     "newest_checkpoint",
     "open_checkpoint",
 ]
@@ -72,20 +71,6 @@ def eval_settings(cfg: Config, policy: HFPolicy | None = None) -> RolloutSetting
     max_context, max_new = cfg.model.max_context, cfg.rollout.max_new_tokens
     budget = None if policy is None else context_budget(policy, max_context, max_new)
     return replace(sampling_settings(cfg, budget), greedy=True)
-
-
-@torch.no_grad()
-def greedy_eval(
-    policy: HFPolicy,
-    envs: EnvPool | WorkerPool,
-    prompt: PromptBuilder,
-    cfg: Config,
-    seeds: Sequence[int] | None = None,
-    settings: RolloutSettings | None = None,
-) -> dict[str, float]:
-    """Greedy episodes on the held-out seeds: ``eval/*`` episode stats (``greedy_episodes``
-    plays them)."""
-    return episode_stats(greedy_episodes(policy, envs, prompt, cfg, seeds, settings), "eval")
 
 
 @torch.no_grad()

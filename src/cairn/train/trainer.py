@@ -52,7 +52,7 @@ from cairn.train.checkpoint.state import TrainState
 from cairn.train.checkpoint.write import save_checkpoint
 from cairn.train.distributed import Dist
 from cairn.train.divergence import DivergenceWatch, finite_outputs
-from cairn.train.evaluate import greedy_eval
+from cairn.train.evaluate import greedy_episodes
 from cairn.train.fields import TrainerFields
 from cairn.train.learners import train_learners
 from cairn.train.parts import TrainParts, build_parts
@@ -315,11 +315,12 @@ class Trainer(TrainerFields):
 
     def evaluate(self) -> dict[str, float]:
         """Greedy episodes on held-out seeds (``eval.seed_offset + i``), this rank's share
-        of them (``greedy_eval``), averaged over ranks."""
+        of them (``greedy_episodes``), averaged over ranks."""
         cfg = self.cfg
         seeds = self.dist.shard(cfg.eval.seed_offset + np.arange(cfg.eval.episodes)).tolist()
-        stats = greedy_eval(self.policy, self.eval_envs, self.prompt, cfg, seeds, self.sampling)
-        return self.dist.mean_metrics(stats)
+        envs, prompt = self.eval_envs, self.prompt
+        played = greedy_episodes(self.policy, envs, prompt, cfg, seeds, self.sampling)
+        return self.dist.mean_metrics(episode_stats(played, "eval"))
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _summary(self, wall: float | None = None) -> dict[str, Any]:

@@ -44,9 +44,9 @@ What a trainer reads beside the reward (``cairn.rollout.turn``):
   words with this one (Jaccard over word sets, ties drawn from the seed), as few-shot
   prompts pick their examples by similarity: a question about an employer is shown the
   search ``Wiblor works for``, a two-hop question a two-hop example. Trained on random
-  examples, SmolLM2 searched ``employer of Kalo`` and read Kalo's birthplace (one document
-  a search): 11 of a record's 29 held-out one-hop questions failed on such queries, 3 with
-  the nearest example (the same weights).
+  examples, SmolLM2 searched ``employer of Kabelfen`` and read Kabelfen's birthplace (one
+  document a search): 11 of a record's 29 held-out one-hop questions failed, 9 on queries
+  without the relation's words; 3 with the nearest example (the same weights).
 """
 
 from __future__ import annotations

@@ -169,15 +169,21 @@ def _search_query(action: str) -> str | None:
     return query or None
 
 
+def _words(text: str) -> frozenset[str]:
+    """The lowercase word set of ``text`` (what ``example_choice="nearest"`` compares)."""
+    return frozenset(re.findall(r"\w+", text.lower()))
+
+
+_POOL_WORDS = tuple(_words(question) for question, _ in EXAMPLE_POOL)
+
+
 def _nearest_examples(question: str) -> list[int]:
     """Indices of the ``EXAMPLE_POOL`` questions with the highest Jaccard similarity of
     their lowercase word sets to ``question``'s."""
-    words = set(re.findall(r"\w+", question.lower()))
-    scores = []
-    for example, _ in EXAMPLE_POOL:
-        other = set(re.findall(r"\w+", example.lower()))
-        scores.append(len(words & other) / len(words | other))
-    return [i for i, score in enumerate(scores) if score == max(scores)]
+    words = _words(question)
+    scores = [len(words & other) / len(words | other) for other in _POOL_WORDS]
+    best = max(scores)
+    return [i for i, score in enumerate(scores) if score == best]
 
 
 def normalize_answer(text: str) -> str:

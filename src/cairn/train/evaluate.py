@@ -163,8 +163,9 @@ def evaluate_run(
         **stats,
     }
     path = out or run_dir / "eval" / f"{ckpt.name}-{cfg.eval.episodes}.json"
-    result["episodes_file"] = rundir.episodes_path(path).name
-    rundir.write_records(rundir.episodes_path(path), records)
+    episodes_file = rundir.episodes_path(path)
+    result["episodes_file"] = episodes_file.name
+    rundir.write_records(episodes_file, records)
     _write_atomic(path, json.dumps(result, indent=2) + "\n")
     return result, path
 

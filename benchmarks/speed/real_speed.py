@@ -371,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (None if args.smoke else OUT)
     if out is not None:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.label)
+        out.mkdir(parents=True, exist_ok=True)  # --out may name a new folder
         (out / f"real_speed-{slug}.json").write_text(json.dumps(results, indent=1) + "\n")
         header = "# Real-model iterations (SmolLM2-135M-Instruct, LoRA) before and after\n"
         _records().write_section(

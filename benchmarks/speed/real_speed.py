@@ -127,7 +127,30 @@ def arm(preset: str, iterations: int, overrides: list[str]) -> dict:
             })  # fmt: skip
         threads = torch.get_num_threads()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GiB (kB on Linux)
-    return {"threads": threads, "build_s": build_s, "peak_rss_gib": peak, "rows": rows}
+    return {
+        "threads": threads, "build_s": build_s, "peak_rss_gib": peak, "rows": rows,
+        "allocator": _allocator_name(),
+    }  # fmt: skip
+
+
+def _allocator_of_the_arm() -> None:
+    """An arm runs on the allocator its code's ``cairn`` command would choose: this process
+    executes itself again on mimalloc where the arm's ``cairn.cli.allocator`` does (code
+    from before that module: glibc's malloc)."""
+    try:
+        from cairn.cli import allocator
+    except ImportError:
+        return
+    allocator.reexec([__file__, *sys.argv[1:]])  # returns once re-executed
+    allocator.settle()
+
+
+def _allocator_name() -> str:
+    try:
+        from cairn.cli.allocator import current
+    except ImportError:
+        return "system"
+    return current()
 
 
 def prompt_tokens(preset: str, overrides: list[str], turns: int = 3) -> dict:
@@ -220,8 +243,12 @@ def _values(results: list[dict], preset: str, name: str, key: str) -> list[float
 
 
 def table(results: list[dict], presets: list[str]) -> list[str]:
-    head = "| preset | arm | threads | " + " | ".join(c[1] for c in COLUMNS) + " | peak RSS GiB |"
-    lines = [head, "|---|---|---:|" + "---:|" * (len(COLUMNS) + 1)]
+    head = (
+        "| preset | arm | threads | "
+        + " | ".join(c[1] for c in COLUMNS)
+        + " | peak RSS GiB | allocator |"
+    )
+    lines = [head, "|---|---|---:|" + "---:|" * (len(COLUMNS) + 1) + "---|"]
     for preset in presets:
         for name in ("before", "after"):
             runs = [r for r in results if r["arm"] == name and r["preset"] == preset]
@@ -235,7 +262,7 @@ def table(results: list[dict], presets: list[str]) -> list[str]:
             rss = max(r["peak_rss_gib"] for r in runs)
             lines.append(
                 f"| {preset} | {name} | {runs[0]['threads']} | " + " | ".join(cells)
-                + f" | {rss:.2f} |"
+                + f" | {rss:.2f} | {'/'.join(sorted({r.get('allocator', '-') for r in runs}))} |"
             )  # fmt: skip
     return lines
 
@@ -330,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.arm:
+        _allocator_of_the_arm()
         spec = json.loads(args.arm)
         if spec["what"] == "prompts":
             print(json.dumps(prompt_tokens(spec["preset"], spec["overrides"])))

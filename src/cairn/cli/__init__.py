@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from cairn._env_host import EnvFault, EnvFaultRateError
 from cairn._errors import ConfigError
 from cairn._files import UnsafeFile
-from cairn.cli import commands
+from cairn.cli import allocator, commands
 from cairn.cli.output import error_line, say
 from cairn.cli.supervise import RunNotStarted, RunStopped, interrupt_message
 from cairn.data.rundir import RunLocked
@@ -216,6 +216,15 @@ _SIGNAL_STATUS = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}  # 128 + the sig
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``cairn`` command. Run as the command (``argv`` None), a model command first
+    executes itself again on mimalloc where it can (``cairn.cli.allocator``)."""
+    if argv is None and sys.argv[1:2] and sys.argv[1] in allocator.MODEL_COMMANDS:
+        try:
+            allocator.reexec(["-m", "cairn.cli", *sys.argv[1:]])  # returns once re-executed
+        except ValueError as err:  # a bad CAIRN_ALLOCATOR
+            error_line(str(err))
+            return 2
+        allocator.settle()
     args = _parser().parse_args(argv)
     try:
         return _HANDLERS[args.command](args)

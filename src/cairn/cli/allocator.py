@@ -7,7 +7,8 @@ of SmolLM2-135M (8 rows x 128 tokens, no gradients) 600-750 ms before and 850-1,
 Neither the optimizer state, the gradients, the bfloat16 weight copies, hooks, threads nor
 garbage collection explain it, and a no-gradient scoring pass of the same batch leaves
 nothing behind; the allocator does: with mimalloc preloaded the rollouts after an update
-take what they took before it, and the update itself is faster
+take what they took before it, and the update itself is faster; sokoban_smol's rollouts
+slowed less (11-12 s, then 13-15 s), search_qa_smol's after its small first update not
 (benchmarks/speed/allocator.py, benchmarks/results/speed/allocator.md).
 
 How. An allocator is chosen before the process starts (the dynamic loader reads

@@ -44,6 +44,7 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from cairn.cli.allocator import allocator_env  # noqa: E402
 from cairn.data import rundir  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
@@ -53,8 +54,12 @@ PRESETS = ("countdown_smol", "sokoban_smol", "search_qa_smol")
 RECORD = ROOT / "benchmarks" / "results" / "real" / "real_models.md"
 TITLE = "The embedded real model (SmolLM2-135M-Instruct, LoRA) before and after RL"
 READING = re.compile(r"<!-- reading -->\n(.*?)<!-- /reading -->", re.DOTALL)
+# A run starts on the allocator the `cairn` command would run it on (cairn.cli.allocator:
+# mimalloc preloaded where available), hands its children the environment they would get
+# from the command, and says both in its stdout.txt.
 _RUN = (
-    "import resource, sys; from cairn.cli import main; rc = main(sys.argv[1:]); "
+    "import resource, sys; from cairn.cli import allocator, main; allocator.settle(); "
+    "print('ALLOCATOR', allocator.current(), flush=True); rc = main(sys.argv[1:]); "
     "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True); "
     "sys.exit(rc)"
 )
@@ -76,6 +81,7 @@ def run_one(preset: str, seed: int, budget: float, out: Path, extra: list[str]) 
     cmd += [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
     cmd += [x for kv in extra for x in ("--set", kv)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = allocator_env(env) or env
     t0 = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     (folder / "stdout.txt").write_text(proc.stdout + proc.stderr)

@@ -2,8 +2,9 @@
 
 Why. Under glibc's malloc, a CPU process runs its model slower once it has run an update's
 backward pass, and stays slower: twx_smol's first rollout (the same episodes and weights,
-8,479 forward tokens) took 9-15 s before one update and 14-23 s after it, a fixed forward
-of SmolLM2-135M (8 rows x 128 tokens, no gradients) 600-750 ms before and 850-1,250 ms after.
+8,479 forward tokens) took 12.8 and 12.1 s before an update and 21.2 and 21.0 s after it
+(medians of 2 processes), a fixed forward of SmolLM2-135M (8 rows x 128 tokens, no
+gradients) 600-750 ms before and 850-1,250 ms after (scratch runs).
 Neither the optimizer state, the gradients, the bfloat16 weight copies, hooks, threads nor
 garbage collection explain it, and a no-gradient scoring pass of the same batch leaves
 nothing behind; the allocator does: with mimalloc preloaded the rollouts after an update

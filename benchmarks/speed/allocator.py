@@ -36,6 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/_lib
+from _lib.arms import arm_result  # noqa: E402  (imports no cairn: an arm imports it first)
+
 OUT = ROOT / "benchmarks" / "results" / "speed"
 STEPS = ("rollout 1", "rollout 2", "update 1", "rollout 3", "update 2", "rollout 4")
 QUIET = ["train.time_budget_s=null", "eval.at_start=false", "eval.every=0",
@@ -107,13 +110,7 @@ def run_arm(name: str, preset: str, overrides: list[str]) -> dict:
         env.pop("LD_PRELOAD")
     env["CAIRN_ALLOCATOR"] = name
     spec = json.dumps({"preset": preset, "overrides": overrides})
-    proc = subprocess.run(
-        [sys.executable, __file__, "--arm", spec], capture_output=True, text=True, env=env,
-        cwd=ROOT,
-    )  # fmt: skip
-    if proc.returncode:
-        raise RuntimeError(f"arm {name} of {preset} failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = arm_result(__file__, spec, f"arm {name} of {preset}", env, ROOT)
     if result["allocator"] != name:
         raise RuntimeError(
             f"arm {name} ran on {result['allocator']} (is cmeel-mimalloc installed?)"
@@ -192,9 +189,8 @@ def main() -> int:
     if args.arm:
         from cairn.cli import allocator
 
-        if os.environ.get("CAIRN_ALLOCATOR") == "mimalloc":
-            allocator.reexec([__file__, *sys.argv[1:]])  # returns once re-executed
-            allocator.settle()
+        allocator.reexec([__file__, *sys.argv[1:]])  # mimalloc arms: returns once re-executed
+        allocator.settle()
         spec = json.loads(args.arm)
         print(json.dumps(arm(spec["preset"], spec["overrides"])))
         return 0
@@ -214,13 +210,12 @@ def main() -> int:
     out = args.out or (None if args.smoke else OUT)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/_lib
-        from _lib import records
+        from _lib.records import write_section
 
         slug = "".join(c if c.isalnum() or c in "_.-" else "-" for c in args.label)
         (out / f"allocator-{slug}.json").write_text(json.dumps(results, indent=1) + "\n")
         header = "# The same rollout before and after updates, per memory allocator\n"
-        records.write_section(out / "allocator.md", args.label, "seconds", text, header)
+        write_section(out / "allocator.md", args.label, "seconds", text, header)
     return 0
 
 

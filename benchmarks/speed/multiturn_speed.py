@@ -65,6 +65,9 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/_lib
+from _lib.arms import arm_result  # noqa: E402  (imports no cairn: an arm imports it first)
+
 OUT = ROOT / "benchmarks" / "results" / "speed"
 BEFORE_COMMIT = "1e1f825"
 CONFIG = "sokoban_smol"
@@ -177,13 +180,7 @@ def run(
             drop = {"optim.group_prompts=false"} if same else set()
             sets = [*extra, *(x for x in ARM_SETS.get(name, []) if x not in drop)]
             spec = json.dumps({"arm": name, "iterations": iterations, "extra": sets})
-            proc = subprocess.run(
-                [sys.executable, __file__, "--arm", spec],
-                capture_output=True, text=True, env=env, cwd=ROOT,
-            )  # fmt: skip
-            if proc.returncode:
-                raise RuntimeError(f"arm {name} failed:\n{proc.stderr[-3000:]}")
-            result = {"repeat": rep, **json.loads(proc.stdout.strip().splitlines()[-1])}
+            result = {"repeat": rep, **arm_result(__file__, spec, f"arm {name}", env, ROOT)}
             print(json.dumps(_brief(result)), flush=True)
             out.append(result)
     return out

@@ -55,6 +55,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/_lib
+from _lib.arms import arm_result  # noqa: E402  (imports no cairn: an arm imports it first)
+
 OUT = ROOT / "benchmarks" / "results" / "speed"
 BEFORE = "c13f8b9"  # main before the faster real-model iterations (prompts, threads, tokens)
 PRESETS = ("sokoban_smol", "countdown_smol")
@@ -211,13 +214,7 @@ def run_arm(
     spec = json.dumps(
         {"preset": preset, "iterations": iterations, "overrides": overrides, "what": what}
     )
-    proc = subprocess.run(
-        [sys.executable, __file__, "--arm", spec], capture_output=True, text=True, env=env,
-        cwd=ROOT,
-    )  # fmt: skip
-    if proc.returncode:
-        raise RuntimeError(f"arm {name} of {preset} failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = arm_result(__file__, spec, f"arm {name} of {preset}", env, ROOT)
     return {"arm": name, "preset": preset, "overrides": overrides, **result}
 
 

@@ -48,6 +48,6 @@ def test_an_arm_differs_from_its_preset_in_the_compared_sections_only(arm):
 
 
 def test_the_check_sees_a_change_outside_the_compared_sections(tmp_path):
-    text = (ARMS / "twx_smol_grpo.yaml").read_text().replace("lr: 0.0002", "lr: 0.0003")
+    text = (ARMS / "twx_smol_grpo.yaml").read_text().replace("lr: 0.0005", "lr: 0.0003")
     (tmp_path / "arm.yaml").write_text(text)
     assert "optim" in changed_sections(tmp_path / "arm.yaml", "twx_smol")

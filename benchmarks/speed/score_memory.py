@@ -21,7 +21,6 @@ import argparse
 import json
 import platform
 import resource
-import subprocess
 import sys
 import time
 from datetime import date
@@ -29,6 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.arms import arm_result
 from _lib.records import write_record
 
 ARMS = {
@@ -113,13 +113,7 @@ def run_arms(args: argparse.Namespace) -> list[dict]:
     for name, flags in ARMS.items():
         spec = {**flags, **{k: getattr(args, k) for k in ("rows", "prompt", "response")}}
         spec.update(threads=args.threads, repeats=args.repeats, quick=args.quick)
-        proc = subprocess.run(
-            [sys.executable, __file__, "--arm", json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        row = {"arm": name, **json.loads(proc.stdout.strip().splitlines()[-1])}
+        row = {"arm": name, **arm_result(__file__, json.dumps(spec), f"the {name} arm")}
         print(json.dumps(row), flush=True)
         out.append(row)
     return out

@@ -23,13 +23,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # benchmarks/_lib
+from _lib.arms import arm_result
 from _lib.records import write_record
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "speed"
@@ -62,11 +62,8 @@ def run(threads: list[int], repeats: int, iterations: int, extra: list[str]) -> 
     for rep in range(repeats):
         for t in threads:
             spec = json.dumps({"threads": t, "iterations": iterations, "extra": extra})
-            proc = subprocess.run(
-                [sys.executable, __file__, "--arm", spec],
-                capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            row = {"threads": t, "repeat": rep, **json.loads(proc.stdout.strip().splitlines()[-1])}
+            result = arm_result(__file__, spec, f"the {t}-thread arm")
+            row = {"threads": t, "repeat": rep, **result}
             print(json.dumps(row), flush=True)
             out.append(row)
     return out

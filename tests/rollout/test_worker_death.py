@@ -80,7 +80,7 @@ def _watched_child(parent_signal: bool) -> tuple[int, int]:
         if child == 0:
             os.close(r)
             watch_parent(Parent(os.getppid(), os.uname().nodename, True, parent_signal))
-            os.write(w, b"ok")
+            os.write(w, b"ok\n")
             time.sleep(60)
             os._exit(0)
         os.write(w, f"{child}\n".encode())
@@ -88,10 +88,11 @@ def _watched_child(parent_signal: bool) -> tuple[int, int]:
         os._exit(0)
     os.close(w)
     data = b""
-    while b"ok" not in data:
+    while data.count(b"\n") < 2:  # the two lines come in either order under load
         data += os.read(r, 64)
     os.close(r)
-    return middle, int(data.split(b"\n")[0])
+    (pid,) = [line for line in data.split() if line != b"ok"]
+    return middle, int(pid)
 
 
 def test_the_watchdog_alone_ends_a_worker_whose_parent_died():

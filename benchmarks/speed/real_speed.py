@@ -53,6 +53,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/_lib
@@ -136,24 +137,27 @@ def arm(preset: str, iterations: int, overrides: list[str]) -> dict:
     }  # fmt: skip
 
 
+def _allocator_module() -> ModuleType | None:
+    """The arm's ``cairn.cli.allocator``, or None for code from before that module."""
+    try:
+        from cairn.cli import allocator
+    except ImportError:
+        return None
+    return allocator
+
+
 def _allocator_of_the_arm() -> None:
     """An arm runs on the allocator its code's ``cairn`` command would choose: this process
     executes itself again on mimalloc where the arm's ``cairn.cli.allocator`` does (code
     from before that module: glibc's malloc)."""
-    try:
-        from cairn.cli import allocator
-    except ImportError:
-        return
-    allocator.reexec([__file__, *sys.argv[1:]])  # returns once re-executed
-    allocator.settle()
+    if (allocator := _allocator_module()) is not None:
+        allocator.reexec([__file__, *sys.argv[1:]])  # returns once re-executed
+        allocator.settle()
 
 
 def _allocator_name() -> str:
-    try:
-        from cairn.cli.allocator import current
-    except ImportError:
-        return "system"
-    return current()
+    allocator = _allocator_module()
+    return "system" if allocator is None else allocator.current()
 
 
 def prompt_tokens(preset: str, overrides: list[str], turns: int = 3) -> dict:
